@@ -1,0 +1,32 @@
+"""hotcompile: HOT (Hadamard-based Optimized Training) as a torch.compile backend.
+
+``torch.compile(model, backend="hot")`` keeps the forward in full precision and gives every
+linear and conv2d layer HOT's backward: an INT4-grade Hadamard-quantized g_x path, an HLA +
+INT8 g_w path, and a compressed saved activation (ABC).
+
+Importing this package registers the ``torch.ops.hotcompile`` operators; it never initialises
+CUDA and needs no compiler.
+"""
+
+from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
+from hotcompile.backend import HotBackend, clear_plans, hot_backend, plans
+from hotcompile.config import HotConfig, HotConfigError
+from hotcompile.memory import saved_activation_bytes, saved_tensors
+from hotcompile.numerics import nonfinite_layers
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "HotBackend",
+    "HotConfig",
+    "HotConfigError",
+    "LayerSpec",
+    "clear_plans",
+    "hot_backend",
+    "hot_conv2d",
+    "hot_linear",
+    "nonfinite_layers",
+    "plans",
+    "saved_activation_bytes",
+    "saved_tensors",
+]

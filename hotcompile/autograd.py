@@ -1,0 +1,266 @@
+"""HOT's backward for linear and conv2d layers, as autograd Functions.
+
+The rewrite pass replaces every eligible ``F.linear`` / ``F.conv2d`` of the Dynamo graph with
+:func:`hot_linear` / :func:`hot_conv2d`. AOTAutograd traces these like eager code:
+
+- the forward stays the full-precision aten op (inductor still fuses around it);
+- the forward also computes the ABC compression ``abc_compress(x)`` and saves it. That op's
+  result is used only by the backward, so the min-cut partitioner is free to place it: it saves
+  the INT8 buffer (half the rows) when x would otherwise be saved for the weight gradient, and
+  recomputes it in the backward when x is saved anyway for another consumer — so the compiled
+  graph never saves more activation bytes than plain ``torch.compile``;
+- the backward calls the ``hotcompile`` ops: HQ for g_x, HLA for g_w. The bias gradient stays
+  exact. A frozen weight (LoRA base) gets only the g_x path and saves nothing for g_w.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
+from hotcompile.hla import hla_transform, patch_side
+
+ops = torch.ops.hotcompile
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """What the HOT backward of one layer does. Hashable; baked into the traced graph.
+
+    ``gx_bits``/``gw_bits`` None means that path is computed without quantization;
+    ``hla_rows`` empty means no low-rank projection on the g_w path; ``exact`` turns every
+    transform off. ``hla_2d`` decides whether inputs with one row per sample use HLA across
+    the batch. ``stride``/``padding``/``dilation`` are set for conv2d only.
+    """
+
+    name: str
+    kind: str = "linear"
+    gx_bits: int | None = 4
+    per_token: bool = True
+    weight_scale: str = "sawb"
+    gw_bits: int | None = 8
+    hla_rows: tuple[int, ...] = (0, 2, 3, 8, 10, 11, 12, 14)
+    block: int = 16
+    rounding: str = "pseudo_stochastic"
+    abc: bool = True
+    hla_2d: str = "none"
+    exact: bool = False
+    check: bool = True
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+
+    @property
+    def gx_quantized(self) -> bool:
+        return not self.exact and self.gx_bits is not None
+
+    @property
+    def gw_exact(self) -> bool:
+        return self.exact or (self.gw_bits is None and not self.hla_rows)
+
+
+def _linear_geometry(spec: LayerSpec, x: torch.Tensor) -> tuple[torch.Tensor, int, tuple]:
+    """``x`` as ``[N, S, I]`` samples × positions, the map width (0: sequence), and HLA rows.
+
+    2-D inputs have one row per sample: no HLA unless ``hla_2d == "batch"`` (then the batch is
+    one sequence). 4-D inputs ``[B, H, W, C]`` are spatial maps blocked in √n×√n patches.
+    """
+    I = x.shape[-1]
+    if x.dim() == 2:
+        rows = spec.hla_rows if spec.hla_2d == "batch" else ()
+        return x.reshape(1, x.shape[0], I), 0, rows
+    grid_w = x.shape[2] if x.dim() == 4 and patch_side(spec.block) else 0
+    return x.reshape(x.shape[0], -1, I), grid_w, spec.hla_rows
+
+
+def _compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows) -> tuple[torch.Tensor, ...]:
+    """What the forward saves for the weight gradient (ABC), given ``x3: [N, S, D]``."""
+    if spec.gw_bits is None:  # HLA without quantization: keep T x in float32
+        return (hla_transform(x3, grid_w, tuple(rows), spec.block),)
+    return tuple(ops.abc_compress(x3, grid_w, list(rows), spec.block, spec.gw_bits, spec.rounding))
+
+
+def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> torch.Tensor:
+    """HLA g_w ``[O, D]`` (float32) from ``gy3: [N, S, O]`` and the saved compression."""
+    if spec.gw_bits is None:
+        g_t = hla_transform(gy3, grid_w, tuple(rows), spec.block)
+        return g_t.t() @ saved[0] / spec.block
+    xq, sx = saved
+    return ops.hla_grad_weight(
+        gy3,
+        xq,
+        sx,
+        grid_w,
+        list(rows),
+        spec.block,
+        spec.gw_bits,
+        spec.rounding,
+        spec.name,
+        spec.check,
+    )
+
+
+def _input_grad(spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact."""
+    if not spec.gx_quantized:
+        return gy2 @ w2.to(gy2.dtype)
+    return ops.hq_grad_input(
+        gy2,
+        w2,
+        spec.gx_bits,
+        spec.per_token,
+        spec.rounding,
+        spec.weight_scale,
+        spec.block,
+        spec.name,
+        spec.check,
+    )
+
+
+class HotLinearFunction(torch.autograd.Function):
+    """``F.linear`` with HOT's backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, spec: LayerSpec):
+        y = F.linear(x, weight, bias)
+        ctx.spec = spec
+        ctx.x_shape = x.shape
+        ctx.x_dtype = x.dtype
+        ctx.b_dtype = bias.dtype if bias is not None else None
+        need_gw = ctx.needs_input_grad[1]
+        saved = [weight]
+        if need_gw:
+            if spec.gw_exact or not spec.abc:
+                saved.append(x)
+            else:
+                x3, ctx.grid_w, ctx.rows = _linear_geometry(spec, x)
+                ctx.x3_ns = x3.shape[:2]
+                saved.extend(_compress(spec, x3, ctx.grid_w, ctx.rows))
+        ctx.save_for_backward(*saved)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        spec: LayerSpec = ctx.spec
+        weight, *saved = ctx.saved_tensors
+        O = gy.shape[-1]
+        gy2 = gy.reshape(-1, O)
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = _input_grad(spec, gy2, weight).reshape(ctx.x_shape).to(ctx.x_dtype)
+        if ctx.needs_input_grad[1]:
+            if spec.gw_exact:
+                x = saved[0]
+                gw = gy2.t() @ x.reshape(-1, x.shape[-1]).to(gy2.dtype)
+            elif not spec.abc:  # HOT math, but x kept in full and compressed in the backward
+                x3, grid_w, rows = _linear_geometry(spec, saved[0])
+                gy3 = gy.reshape(x3.shape[0], x3.shape[1], O)
+                gw = _weight_grad(spec, gy3, _compress(spec, x3, grid_w, rows), grid_w, rows)
+            else:
+                gy3 = gy.reshape(ctx.x3_ns[0], ctx.x3_ns[1], O)
+                gw = _weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
+            gw = gw.to(weight.dtype)
+        if ctx.needs_input_grad[2]:
+            gb = gy2.sum(0).to(ctx.b_dtype)
+        return gx, gw, gb, None
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class HotConv2dFunction(torch.autograd.Function):
+    """``F.conv2d`` (groups == 1) with HOT's backward on the im2col GEMM.
+
+    A conv is the linear layer ``cols(x) [L, C·k²] · W[O, C·k²]ᵀ`` over output positions L.
+    g_x runs HQ on that GEMM and folds the columns back (col2im); g_w runs HLA with 4x4
+    patches of the output map as blocks, on the compressed im2col matrix saved by the forward.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, spec: LayerSpec):
+        y = F.conv2d(x, weight, bias, spec.stride, spec.padding, spec.dilation, 1)
+        ctx.spec = spec
+        ctx.x_shape = x.shape
+        ctx.x_dtype = x.dtype
+        ctx.b_dtype = bias.dtype if bias is not None else None
+        saved = [weight]
+        if ctx.needs_input_grad[1]:
+            if spec.gw_exact or not spec.abc:
+                saved.append(x)
+            else:
+                ctx.rows = spec.hla_rows
+                saved.extend(_compress(spec, _cols(x, weight, spec), y.shape[-1], ctx.rows))
+        ctx.save_for_backward(*saved)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        spec: LayerSpec = ctx.spec
+        weight, *saved = ctx.saved_tensors
+        N, O, Ho, Wo = gy.shape
+        gx = gw = gb = None
+        exact_conv = dict(stride=spec.stride, padding=spec.padding, dilation=spec.dilation)
+        if ctx.needs_input_grad[0]:
+            if not spec.gx_quantized:
+                gx = torch.nn.grad.conv2d_input(ctx.x_shape, weight.to(gy.dtype), gy, **exact_conv)
+            else:
+                gy2 = gy.permute(0, 2, 3, 1).reshape(-1, O)
+                cols = _input_grad(spec, gy2, weight.reshape(O, -1))  # [N·Ho·Wo, C·k²]
+                cols = cols.reshape(N, Ho * Wo, -1).transpose(1, 2)
+                gx = F.fold(
+                    cols,
+                    ctx.x_shape[-2:],
+                    weight.shape[-2:],
+                    spec.dilation,
+                    spec.padding,
+                    spec.stride,
+                )
+            gx = gx.to(ctx.x_dtype)
+        if ctx.needs_input_grad[1]:
+            if spec.gw_exact:
+                gw = torch.nn.grad.conv2d_weight(
+                    saved[0].to(gy.dtype), weight.shape, gy, **exact_conv
+                )
+            else:
+                gy3 = gy.permute(0, 2, 3, 1).reshape(N, Ho * Wo, O)
+                if spec.abc:
+                    comp = saved
+                else:
+                    comp = _compress(spec, _cols(saved[0], weight, spec), Wo, spec.hla_rows)
+                gw = _weight_grad(spec, gy3, comp, Wo, spec.hla_rows).reshape(weight.shape)
+            gw = gw.to(weight.dtype)
+        if ctx.needs_input_grad[2]:
+            gb = gy.sum((0, 2, 3)).to(ctx.b_dtype)
+        return gx, gw, gb, None
+
+
+def _cols(x: torch.Tensor, weight: torch.Tensor, spec: LayerSpec) -> torch.Tensor:
+    """im2col of x as ``[N, Ho·Wo, C·k²]``, raster order of the output map."""
+    cols = F.unfold(x, weight.shape[-2:], spec.dilation, spec.padding, spec.stride)
+    return cols.transpose(1, 2)
+
+
+def _wants_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors
+    )
+
+
+def hot_linear(x, weight, bias=None, spec: LayerSpec | None = None):
+    """``F.linear`` whose backward is HOT's. Without autograd it is exactly ``F.linear``."""
+    if spec is None or not _wants_grad(x, weight, bias):
+        return F.linear(x, weight, bias)
+    return HotLinearFunction.apply(x, weight, bias, spec)
+
+
+def hot_conv2d(x, weight, bias=None, spec: LayerSpec | None = None):
+    """``F.conv2d`` (groups 1) whose backward is HOT's. Without autograd it is ``F.conv2d``."""
+    if spec is None:
+        raise ValueError("hot_conv2d needs a LayerSpec")
+    if not _wants_grad(x, weight, bias):
+        return F.conv2d(x, weight, bias, spec.stride, spec.padding, spec.dilation, 1)
+    return HotConv2dFunction.apply(x, weight, bias, spec)

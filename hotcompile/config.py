@@ -1,0 +1,201 @@
+"""The one frozen configuration object of hotcompile.
+
+Every knob of the method lives here, is validated here, and is hashed into the compile
+cache key (see ``backend.HotCachePass``), so that changing an option can never make
+inductor's cache serve a backward compiled for other settings.
+
+``torch.compile(model, backend="hot", options={...})`` hands the options dict to
+:func:`HotConfig.from_options`; ``options={"config": HotConfig(...)}`` passes a ready object
+(other keys then override its fields).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+ROUNDINGS = ("stochastic", "pseudo_stochastic", "nearest")
+WEIGHT_SCALES = ("sawb", "maxabs")
+GX_SCALINGS = ("per_token", "per_tensor")
+HLA_ROW_SETS = ("lp_l1", "sequency")
+HLA_2D_MODES = ("none", "batch")
+CONV_ABC_MODES = ("im2col",)
+COMPILERS = ("inductor", "aot_eager", "eager")
+NONFINITE_CHECKS = ("once", "off")
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+class HotConfigError(ValueError):
+    """An unknown or invalid hotcompile option. The message lists what is valid."""
+
+
+def _fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(HotConfig)]
+
+
+@dataclasses.dataclass(frozen=True)
+class HotConfig:
+    """Settings of HOT's backward rewrite. Defaults follow ``shared/docs/hot-method.md``.
+
+    Attributes:
+        block_size: Hadamard block length n along the reduced dimension (a power of two; the
+            paper uses 16). HLA's row sets are defined on 16-blocks.
+        hla_rank: r, how many of the n Walsh-Hadamard coefficients per block HLA keeps (8).
+        hla_rows: ``"lp_l1"`` (the block read as a 4x4 patch, 2-D Walsh functions ordered by
+            L1 sequency: r=8 gives rows {0,2,3,8,10,11,12,14}, r=10 the official code's set),
+            ``"sequency"`` (1-D sequency 0..r-1), or an explicit tuple of row indices of H_n.
+        gx_bits: bit-width of the g_x path (HQ): 4 (paper), 8, or None for an exact g_x.
+        gw_bits: bit-width of the g_w path (HLA operands): 8 (paper), 4, or None for
+            unquantized operands.
+        hla: apply HLA (the low-rank projection along L) on the g_w path.
+        gx_scaling: quantizer of the g_x operand g_y·B: ``"per_token"`` (one scale per row) or
+            ``"per_tensor"``. (LQS, the automatic per-layer choice, is not implemented yet.)
+        rounding: rounding of gradient and activation operands: ``"pseudo_stochastic"``
+            (NITI's RNG-free rule, deterministic, the default), ``"stochastic"`` (torch RNG),
+            or ``"nearest"``. Weights are always rounded to nearest.
+        weight_scale: scale of the quantized weight on the g_x path: ``"sawb"`` (official code,
+            4-bit only; other widths use max-abs) or ``"maxabs"``.
+        abc: save the compressed activation (INT8 low-pass, half the rows) instead of x.
+        conv_abc: operand compressed for conv layers; ``"im2col"`` is the paper's.
+        hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
+            ``"batch"`` (16-blocks across the batch, as the official code does).
+        exact: turn every transform and quantizer off; the backward then equals autograd's.
+            Useful to check the plumbing.
+        include / exclude: glob patterns on layer names (``"blocks.*.attn.qkv"``). A layer is
+            rewritten when it matches some include pattern (or include is empty) and no
+            exclude pattern.
+        min_weight_numel: layers whose weight has fewer elements (O·I·k²) keep autograd's
+            backward: on tiny layers the transforms cost more than they save.
+        compiler: inner compiler: ``"inductor"`` (default), ``"aot_eager"`` (inductor's
+            decompositions and min-cut partitioner without code generation: fast, for CPU
+            tests), or ``"eager"`` (no AOTAutograd; the rewritten graph runs as is).
+        mode: the inductor mode (``"reduce-overhead"``, ``"max-autotune"``, ...), since a
+            custom backend cannot get ``mode=`` and ``options=`` together from torch.compile.
+        inductor_config: extra ``torch._inductor.config`` patches for the inner compiler, as
+            a mapping or tuple of pairs (e.g. ``{"max_autotune": True}``).
+        check_nonfinite: ``"once"`` warns once per layer, naming it, when a NaN/Inf reaches a
+            HOT backward (the NaN/Inf itself always propagates); ``"off"`` skips the check
+            (it costs a device sync on CUDA).
+    """
+
+    block_size: int = 16
+    hla_rank: int = 8
+    hla_rows: str | tuple[int, ...] = "lp_l1"
+    gx_bits: int | None = 4
+    gw_bits: int | None = 8
+    hla: bool = True
+    gx_scaling: str = "per_token"
+    rounding: str = "pseudo_stochastic"
+    weight_scale: str = "sawb"
+    abc: bool = True
+    conv_abc: str = "im2col"
+    hla_2d: str = "none"
+    exact: bool = False
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    min_weight_numel: int = 0
+    compiler: str = "inductor"
+    mode: str | None = None
+    inductor_config: tuple[tuple[str, Any], ...] = ()
+    check_nonfinite: str = "once"
+
+    def __post_init__(self) -> None:
+        def bad(name: str, value: Any, valid: str) -> HotConfigError:
+            return HotConfigError(f"hotcompile option {name}={value!r} is invalid: {valid}")
+
+        def choice(name: str, valid: tuple[str, ...]) -> None:
+            value = getattr(self, name)
+            if value not in valid:
+                raise bad(name, value, f"choose one of {', '.join(map(repr, valid))}")
+
+        n = self.block_size
+        if not isinstance(n, int) or n < 2 or n & (n - 1) or n > 256:
+            raise bad("block_size", n, "a power of two between 2 and 256")
+        for name in ("gx_bits", "gw_bits"):
+            if getattr(self, name) not in (4, 8, None):
+                raise bad(name, getattr(self, name), "4, 8 or None (no quantization)")
+        for name in ("hla", "abc", "exact"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, getattr(self, name), "True or False")
+        choice("gx_scaling", GX_SCALINGS)
+        choice("rounding", ROUNDINGS)
+        choice("weight_scale", WEIGHT_SCALES)
+        choice("hla_2d", HLA_2D_MODES)
+        choice("conv_abc", CONV_ABC_MODES)
+        choice("compiler", COMPILERS)
+        choice("check_nonfinite", NONFINITE_CHECKS)
+        if self.mode not in MODES:
+            raise bad("mode", self.mode, f"one of {', '.join(map(repr, MODES))}")
+        if isinstance(self.hla_rows, str):
+            choice("hla_rows", HLA_ROW_SETS)
+            if self.hla_rows == "lp_l1" and n != 16:
+                raise bad("hla_rows", "lp_l1", "the 2-D L1 low-pass set needs block_size=16")
+            if not isinstance(self.hla_rank, int) or not 1 <= self.hla_rank <= n:
+                raise bad("hla_rank", self.hla_rank, f"an integer in 1..block_size ({n})")
+        else:
+            rows = tuple(self.hla_rows)
+            if (
+                not rows
+                or len(set(rows)) != len(rows)
+                or not all(isinstance(r, int) and 0 <= r < n for r in rows)
+            ):
+                raise bad("hla_rows", self.hla_rows, f"distinct row indices in 0..{n - 1}")
+            object.__setattr__(self, "hla_rows", rows)
+        for name in ("include", "exclude"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                value = (value,)
+            if not all(isinstance(p, str) for p in value):
+                raise bad(name, value, "a glob pattern or a sequence of them")
+            object.__setattr__(self, name, tuple(value))
+        if not isinstance(self.min_weight_numel, int) or self.min_weight_numel < 0:
+            raise bad("min_weight_numel", self.min_weight_numel, "a non-negative integer")
+        ic = self.inductor_config
+        if isinstance(ic, Mapping):
+            ic = tuple(sorted(ic.items()))
+        try:
+            ic = tuple((str(k), v) for k, v in ic)
+        except (TypeError, ValueError):
+            raise bad("inductor_config", ic, "a mapping of inductor config names to values")
+        object.__setattr__(self, "inductor_config", ic)
+
+    @property
+    def rank(self) -> int:
+        """Number of HLA rows kept per block."""
+        return len(self.hla_rows) if isinstance(self.hla_rows, tuple) else self.hla_rank
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | HotConfig | None = None) -> HotConfig:
+        """Build a config from ``torch.compile``'s ``options`` dict, rejecting unknown keys."""
+        if options is None:
+            return cls()
+        if isinstance(options, HotConfig):
+            return options
+        options = dict(options)
+        base = options.pop("config", None)
+        if base is not None and not isinstance(base, HotConfig):
+            raise HotConfigError(f"options['config'] must be a HotConfig, got {type(base)!r}")
+        valid = _fields()
+        unknown = [k for k in options if k not in valid]
+        if unknown:
+            hints = []
+            for k in unknown:
+                close = difflib.get_close_matches(k, valid, n=1)
+                hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise HotConfigError(
+                f"unknown hotcompile option(s): {', '.join(hints)}. "
+                f"Valid options: config, {', '.join(valid)}."
+            )
+        if base is not None:
+            return dataclasses.replace(base, **options)
+        return cls(**options)
+
+    def to_options(self) -> dict[str, Any]:
+        """The config as a plain ``options`` dict for ``torch.compile``."""
+        return {f: getattr(self, f) for f in _fields()}
+
+    def cache_key(self) -> str:
+        """A stable string of every field, hashed into the compile cache key."""
+        return repr(self.to_options())

@@ -1,0 +1,107 @@
+"""Symmetric integer quantizers and roundings (reference implementation).
+
+INT4 codes lie in [-7, 7] and INT8 codes in [-127, 127]; both are stored as ``int8`` (an
+INT4-grid value is exact in int8 and in FP8-e4m3, which is how Hopper runs INT4 numerics).
+No zero point. Scales are float32: max-abs / qmax for gradients and activations, SAWB
+(official code) or max-abs for weights.
+
+NaN/Inf never disappear: a non-finite max-abs gives a non-finite scale, and every value
+dequantized with it is non-finite too.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: NITI pseudo-stochastic rounding: bits of "probability" and of "random number" per bit-width.
+PSEUDO_BITS = {4: 10, 8: 8}
+
+
+def qmax(bits: int) -> int:
+    """Largest code of a symmetric ``bits``-bit quantizer (7 for INT4, 127 for INT8)."""
+    if bits not in (4, 8):
+        raise ValueError(f"only 4- and 8-bit quantizers exist, got {bits}")
+    return (1 << (bits - 1)) - 1
+
+
+def round_magnitude(a: torch.Tensor, rounding: str, bits: int) -> torch.Tensor:
+    """Round non-negative float32 magnitudes ``a`` to integers (as float32).
+
+    - ``nearest``: round half to even.
+    - ``stochastic``: ``⌊a⌋ + [frac > u]``, u ~ U[0, 1): unbiased, draws torch RNG.
+    - ``pseudo_stochastic`` (NITI): no RNG. ``F = ⌊frac·2^{2m}⌋``; its high m bits are the
+      probability, its low m bits the random number; round up iff high > low. Unbiased as
+      long as the low bits of the values behave like noise, which holds after division by a
+      max-abs scale (and is tested statistically).
+    """
+    if rounding == "nearest":
+        return torch.round(a)
+    floor = torch.floor(a)
+    frac = a - floor
+    if rounding == "stochastic":
+        up = frac > torch.rand_like(frac)
+    elif rounding == "pseudo_stochastic":
+        m = PSEUDO_BITS[bits]
+        f = torch.floor(frac * float(1 << (2 * m))).to(torch.int32)
+        up = (f >> m) > (f & ((1 << m) - 1))
+    else:
+        raise ValueError(f"unknown rounding {rounding!r}")
+    return floor + up.to(a.dtype)
+
+
+def sawb_scale(w: torch.Tensor, bits: int) -> torch.Tensor:
+    """SAWB clipping scale of the official code (4-bit): ``α = 12.1·√mean(w²) − 12.2·mean|w|``.
+
+    Falls back to max-abs when α ≤ 0 and for other bit-widths (SAWB's coefficients are
+    fitted per bit-width; the official code only has the 4-bit pair).
+    """
+    w = w.to(torch.float32)
+    amax = w.abs().amax()
+    if bits != 4:
+        return amax / qmax(bits)
+    alpha = 12.1 * w.square().mean().sqrt() - 12.2 * w.abs().mean()
+    alpha = torch.where(alpha > 0, torch.minimum(alpha, amax), amax)
+    # keep NaN/Inf visible: a non-finite weight gives a non-finite scale
+    alpha = torch.where(torch.isfinite(amax), alpha, amax)
+    return alpha / qmax(bits)
+
+
+def quantize(
+    x: torch.Tensor,
+    bits: int,
+    per_token: bool = False,
+    rounding: str = "nearest",
+    scale_mode: str = "maxabs",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize a 2-D tensor. Returns ``(codes int8 [R, C], scale float32 [R] or [1])``.
+
+    ``x ≈ codes * scale[:, None]`` (per-token) or ``codes * scale`` (per-tensor).
+    """
+    if x.dim() != 2:
+        raise ValueError(f"quantize expects a 2-D tensor, got shape {tuple(x.shape)}")
+    q = qmax(bits)
+    xf = x.to(torch.float32)
+    if per_token:
+        if scale_mode != "maxabs":
+            raise ValueError("per-token quantization supports only max-abs scales")
+        scale = xf.abs().amax(dim=1) / q
+        s = scale[:, None]
+    else:
+        if scale_mode == "sawb":
+            scale = sawb_scale(xf, bits).reshape(1)
+        elif scale_mode == "maxabs":
+            scale = (xf.abs().amax() / q).reshape(1)
+        else:
+            raise ValueError(f"unknown scale mode {scale_mode!r}")
+        s = scale
+    safe = torch.where((s > 0) & torch.isfinite(s), s, torch.ones_like(s))
+    v = torch.nan_to_num(xf / safe, nan=0.0, posinf=float(q), neginf=-float(q))
+    mag = round_magnitude(v.abs(), rounding, bits).clamp_(max=q)
+    codes = (torch.sign(v) * mag).to(torch.int8)
+    return codes, scale
+
+
+def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Float32 values of ``quantize``'s output (per-token scales broadcast over rows)."""
+    s = scale[:, None] if scale.numel() > 1 or codes.shape[0] == scale.shape[0] else scale
+    return codes.to(torch.float32) * s

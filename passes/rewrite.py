@@ -1,0 +1,247 @@
+"""The HOT rewrite pass over the Dynamo graph.
+
+Every ``F.linear`` and every ``F.conv2d`` with ``groups == 1`` whose weight or input needs a
+gradient is replaced by a call of :func:`hotcompile.autograd.hot_linear` /
+:func:`hotcompile.autograd.hot_conv2d` carrying that layer's :class:`LayerSpec`. The forward
+computation is unchanged; AOTAutograd then traces HOT's backward. Layers left alone are logged
+with the reason on the ``hotcompile`` logger (``TORCH_LOGS=+hotcompile``) and listed in the plan.
+
+Eligibility is decided on static facts only (weight shapes, dtypes, conv parameters, names),
+never on the token count, which is symbolic under ``dynamic=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import logging
+import re
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
+from hotcompile.config import HotConfig
+from hotcompile.hla import hla_rows
+
+log = logging.getLogger("hotcompile")
+
+LINEAR_TARGETS = (torch._C._nn.linear, F.linear)
+CONV2D_TARGETS = (torch.conv2d, F.conv2d)
+#: ops HOT leaves alone on purpose, with the reason reported to the user.
+UNSUPPORTED_TARGETS: dict[Any, str] = {
+    torch.conv1d: "conv1d is not supported yet (only conv2d)",
+    torch.conv3d: "conv3d is not supported yet (only conv2d)",
+    torch.conv_transpose1d: "transposed convs keep autograd's backward",
+    torch.conv_transpose2d: "transposed convs keep autograd's backward",
+    torch.conv_transpose3d: "transposed convs keep autograd's backward",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPlan:
+    """What the rewrite decided for one layer of one compiled graph.
+
+    ``path``: ``"hot"`` (HQ g_x + HLA g_w), ``"gx_only"`` (frozen weight: HQ g_x, nothing saved
+    for g_w), ``"exact"`` (config.exact: rewritten, every transform off) or ``"skipped"``
+    (autograd's backward; ``reason`` says why).
+    """
+
+    name: str
+    kind: str
+    weight_shape: tuple[int, ...]
+    path: str
+    reason: str = ""
+    spec: LayerSpec | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """One row of the plan table."""
+        s = self.spec
+        hot = s is not None and self.path in ("hot", "gx_only")
+        gw = "-"
+        if hot and self.path == "hot":
+            gw = (
+                "exact"
+                if s.gw_exact
+                else (
+                    f"{'HLA r=' + str(len(s.hla_rows)) + ' ' if s.hla_rows else ''}"
+                    f"{'INT' + str(s.gw_bits) if s.gw_bits else 'fp32'}"
+                )
+            )
+        gx = "-"
+        if hot:
+            gx = (
+                f"HQ INT{s.gx_bits} {'per-token' if s.per_token else 'per-tensor'}"
+                if (s.gx_quantized)
+                else "exact"
+            )
+        return {
+            "layer": self.name,
+            "kind": self.kind,
+            "weight": "x".join(map(str, self.weight_shape)),
+            "path": self.path,
+            "g_x": gx,
+            "g_w": gw,
+            "rounding": s.rounding if hot else "-",
+            "note": self.reason,
+        }
+
+
+_SUBSCRIPT = re.compile(r"\._modules\[['\"]([^'\"]+)['\"]\]|\[['\"]([^'\"]+)['\"]\]|\[(\d+)\]")
+
+
+def layer_name(node: torch.fx.Node) -> str:
+    """The module path of the layer a node belongs to, as ``model.named_modules()`` spells it."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return node.name
+    path = list(stack.values())[-1][0]
+    path = re.sub(r"^[LG]\[['\"][^'\"]*['\"]\]", "", str(path))
+    path = _SUBSCRIPT.sub(lambda m: "." + next(g for g in m.groups() if g is not None), path)
+    return path.strip(".") or node.name
+
+
+def _arg(node: torch.fx.Node, index: int, name: str, default: Any = None) -> Any:
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _meta(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.fx.Node):
+        v = value.meta.get("example_value", value.meta.get("val"))
+        return v if isinstance(v, torch.Tensor) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _conv_padding(padding: Any, weight: torch.Tensor, dilation: tuple[int, int], stride):
+    """Numeric (ph, pw) for conv2d's padding argument, or None when it cannot be expressed."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0)
+        if padding == "same" and tuple(stride) == (1, 1):
+            total = [d * (k - 1) for d, k in zip(dilation, weight.shape[-2:])]
+            if all(t % 2 == 0 for t in total):
+                return (total[0] // 2, total[1] // 2)
+        return None
+    return _pair(padding)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else tuple(int(i) for i in v)
+
+
+def _spec(config: HotConfig, name: str, kind: str, **conv: Any) -> LayerSpec:
+    return LayerSpec(
+        name=name,
+        kind=kind,
+        gx_bits=config.gx_bits,
+        per_token=config.gx_scaling == "per_token",
+        weight_scale=config.weight_scale,
+        gw_bits=config.gw_bits,
+        hla_rows=hla_rows(config.hla_rows, config.rank, config.block_size) if config.hla else (),
+        block=config.block_size,
+        rounding=config.rounding,
+        abc=config.abc,
+        hla_2d=config.hla_2d,
+        exact=config.exact,
+        check=config.check_nonfinite == "once",
+        **conv,
+    )
+
+
+def _selected(config: HotConfig, name: str, numel: int) -> str:
+    """Empty string when the layer is selected, else the reason it is not."""
+    for pat in config.exclude:
+        if fnmatch.fnmatchcase(name, pat):
+            return f"excluded by pattern {pat!r}"
+    if config.include and not any(fnmatch.fnmatchcase(name, p) for p in config.include):
+        return "not matched by any include pattern"
+    if numel < config.min_weight_numel:
+        return f"weight has {numel} elements < min_weight_numel={config.min_weight_numel}"
+    return ""
+
+
+def _make_call(fn, spec: LayerSpec):
+    """A graph-callable closure ``fn(x, w, b, spec=spec)`` (FX stores it as a global)."""
+
+    def call(x, weight, bias=None):
+        return fn(x, weight, bias, spec)
+
+    call.__name__ = call.__qualname__ = fn.__name__
+    call.hot_spec = spec  # type: ignore[attr-defined]
+    return call
+
+
+def rewrite(gm: torch.fx.GraphModule, config: HotConfig) -> list[LayerPlan]:
+    """Rewrite ``gm`` in place; return the plan of every linear/conv-like call it saw."""
+    plans: list[LayerPlan] = []
+    seen: dict[str, int] = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if target in UNSUPPORTED_TARGETS:
+            plan = LayerPlan(layer_name(node), "other", (), "skipped", UNSUPPORTED_TARGETS[target])
+            plans.append(plan)
+            log.info("hotcompile: skip %s: %s", plan.name, plan.reason)
+            continue
+        if target in LINEAR_TARGETS:
+            kind = "linear"
+        elif target in CONV2D_TARGETS:
+            kind = "conv2d"
+        else:
+            continue
+        name = layer_name(node)
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            name = f"{name}:{seen[name] - 1}"
+        x_node, w_node = _arg(node, 0, "input"), _arg(node, 1, "weight")
+        b_node = _arg(node, 2, "bias")
+        x, w = _meta(x_node), _meta(w_node)
+        wshape = tuple(w.shape) if w is not None else ()
+
+        def skip(reason: str, name=name, kind=kind, wshape=wshape) -> None:
+            plans.append(LayerPlan(name, kind, wshape, "skipped", reason))
+            log.info("hotcompile: skip %s (%s): %s", name, kind, reason)
+
+        if x is None or w is None:
+            skip("input or weight is not a traced tensor")
+            continue
+        if not (x.is_floating_point() and w.is_floating_point()):
+            skip(f"dtype {x.dtype}/{w.dtype} is not floating point")
+            continue
+        if not (w.requires_grad or x.requires_grad):
+            skip("no gradient needed (weight frozen, input needs no grad)")
+            continue
+        reason = _selected(config, name, w.numel())
+        if reason:
+            skip(reason)
+            continue
+        conv: dict[str, Any] = {}
+        if kind == "conv2d":
+            groups = _arg(node, 6, "groups", 1)
+            if groups != 1:
+                skip(f"groups={groups}: grouped/depthwise convs keep autograd's backward")
+                continue
+            if x.dim() != 4:
+                skip("unbatched conv2d input")
+                continue
+            stride = _pair(_arg(node, 3, "stride", 1))
+            dilation = _pair(_arg(node, 5, "dilation", 1))
+            padding = _conv_padding(_arg(node, 4, "padding", 0), w, dilation, stride)
+            if padding is None:
+                skip(f"padding={_arg(node, 4, 'padding')!r} with stride {stride} is not supported")
+                continue
+            conv = dict(stride=stride, padding=padding, dilation=dilation)
+        spec = _spec(config, name, kind, **conv)
+        path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")
+        fn = hot_linear if kind == "linear" else hot_conv2d
+        node.target = _make_call(fn, spec)
+        node.args = (x_node, w_node, b_node)
+        node.kwargs = {}
+        plans.append(LayerPlan(name, kind, wshape, path, "", spec))
+        log.info("hotcompile: %s (%s %s) -> %s", name, kind, "x".join(map(str, wshape)), path)
+    gm.recompile()
+    return plans
