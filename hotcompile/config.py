@@ -158,7 +158,7 @@ class HotConfig:
         try:
             ic = tuple((str(k), v) for k, v in ic)
         except (TypeError, ValueError):
-            raise bad("inductor_config", ic, "a mapping of inductor config names to values")
+            raise bad("inductor_config", ic, "a mapping of inductor config names") from None
         object.__setattr__(self, "inductor_config", ic)
 
     @property
