@@ -1,0 +1,78 @@
+"""Shared fixtures and small models for the hotcompile test-suite."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import hotcompile
+from hotcompile import numerics
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    torch._dynamo.reset()
+    numerics.reset()
+    hotcompile.clear_plans()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+class MLPBlock(nn.Module):
+    """LN -> Linear -> GELU -> Linear, the transformer MLP."""
+
+    def __init__(self, d: int = 64, hidden: int = 256, bias: bool = True):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, hidden, bias=bias)
+        self.fc2 = nn.Linear(hidden, d, bias=bias)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(self.ln(x))))
+
+
+class SmallCNN(nn.Module):
+    """Conv layers of every kind HOT meets: strided, padded, dilated, 1x1, depthwise, head."""
+
+    def __init__(self, c: int = 8, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, c, 3, padding=1)
+        self.conv2 = nn.Conv2d(c, 2 * c, 3, stride=2, padding=1, bias=False)
+        self.dw = nn.Conv2d(2 * c, 2 * c, 3, padding=1, groups=2 * c)
+        self.conv3 = nn.Conv2d(2 * c, 2 * c, 3, padding=2, dilation=2)
+        self.pw = nn.Conv2d(2 * c, 2 * c, 1)
+        self.head = nn.Linear(2 * c, classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = F.relu(self.dw(x))
+        x = F.relu(self.conv3(x))
+        x = F.relu(self.pw(x))
+        return self.head(x.mean((2, 3)))
+
+
+def grads(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def run_step(model, x, backend=None, options=None, loss_fn=None, **compile_kw):
+    """One forward+backward on a copy of ``model``; returns (output, grads, the copy)."""
+    m = copy.deepcopy(model)
+    fn = m if backend is None else torch.compile(m, backend=backend, options=options, **compile_kw)
+    y = fn(x)
+    loss = y.float().pow(2).mean() if loss_fn is None else loss_fn(y)
+    loss.backward()
+    return y, grads(m), m
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+AOT = {"compiler": "aot_eager"}

@@ -1,0 +1,185 @@
+"""Gradient numerics of HOT's backward: exact mode, derived error bounds, NaN/Inf handling.
+
+The error bounds are derived in docs/numerics.md: with independent, zero-mean rounding errors
+of variance ``c·s²`` per element (c = 1/12 round-to-nearest, at most 1/4 for stochastic and
+pseudo-stochastic rounding), the expected squared error of a quantized product ``A·B`` is
+``c_A·Σ_rows s_A,r²·‖B‖_F² + c_B·s_B²·N·‖A‖_F²`` (per-token scales of A summed over rows).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import AOT, MLPBlock, SmallCNN, rel, run_step
+
+import hotcompile
+from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
+from hotcompile.hadamard import block_hadamard
+from hotcompile.hla import hla_transform
+from hotcompile.quant import quantize
+
+ops = torch.ops.hotcompile
+LP_L1 = (0, 2, 3, 8, 10, 11, 12, 14)
+
+
+# ----------------------------------------------------------------------------- exact mode
+
+
+@pytest.mark.parametrize("shape", [(6, 20), (3, 7, 20), (2, 3, 5, 20)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_exact_linear_equals_autograd(shape, bias):
+    x = torch.randn(*shape, requires_grad=True)
+    lin = nn.Linear(20, 24, bias=bias)
+    spec = LayerSpec("l", exact=True)
+    y = hot_linear(x, lin.weight, lin.bias, spec)
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, [x, lin.weight] + ([lin.bias] if bias else []), g)
+    ref = torch.autograd.grad(lin(x), [x, lin.weight] + ([lin.bias] if bias else []), g)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("stride,padding,dilation", [(1, 1, 1), (2, 0, 1), (1, 2, 2), (2, 1, 1)])
+def test_exact_conv_equals_autograd(stride, padding, dilation):
+    x = torch.randn(2, 3, 11, 9, requires_grad=True)
+    conv = nn.Conv2d(3, 5, 3, stride, padding, dilation)
+    spec = LayerSpec(
+        "c",
+        kind="conv2d",
+        exact=True,
+        stride=(stride,) * 2,
+        padding=(padding,) * 2,
+        dilation=(dilation,) * 2,
+    )
+    y = hot_conv2d(x, conv.weight, conv.bias, spec)
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, [x, conv.weight, conv.bias], g)
+    ref = torch.autograd.grad(conv(x), [x, conv.weight, conv.bias], g)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model,shape", [(MLPBlock, (4, 24, 64)), (SmallCNN, (4, 1, 12, 12))])
+def test_exact_mode_compiled_model_equals_autograd(model, shape):
+    m, x = model(), torch.randn(*shape)
+    y0, g0, _ = run_step(m, x)
+    y1, g1, _ = run_step(m, x, backend="hot", options={**AOT, "exact": True})
+    torch.testing.assert_close(y1, y0)
+    assert g0.keys() == g1.keys()
+    for k in g0:
+        torch.testing.assert_close(g1[k], g0[k], rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- bounds
+
+
+def _expected_product_error(a_codes, a_scale, a_c, b_codes, b_scale, b_c, a, b) -> float:
+    """sqrt of E‖ΔAB‖² for A [M,K] (row scales) · B [K,N] (scalar scale), see module doc."""
+    sa = a_scale if a_scale.numel() > 1 else a_scale.expand(a.shape[0])
+    term_a = a_c * (sa.double() ** 2).sum() * b.double().norm() ** 2
+    term_b = b_c * b_scale.double().item() ** 2 * b.shape[1] * a.double().norm() ** 2
+    return math.sqrt(term_a + term_b)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("per_token", [True, False])
+@pytest.mark.parametrize("rounding", ["pseudo_stochastic", "stochastic", "nearest"])
+def test_gx_error_within_derived_bound(bits, per_token, rounding):
+    L, O, I = 256, 192, 96
+    gy = torch.randn(L, O) * torch.logspace(-1, 1, L)[:, None]  # tokens of varied scale
+    w = torch.randn(O, I) / math.sqrt(O)
+    gx = ops.hq_grad_input(gy, w, bits, per_token, rounding, "maxabs", 16, "l", True)
+    exact = gy.double() @ w.double()
+    g_hat, w_hat = block_hadamard(gy, 1), block_hadamard(w, 0)
+    gq, sg = quantize(g_hat, bits, per_token, rounding)
+    wq, sw = quantize(w_hat, bits, False, "nearest")
+    c = 1 / 12 if rounding == "nearest" else 1 / 4
+    bound = _expected_product_error(gq, sg, c, wq, sw, 1 / 12, g_hat, w_hat) / 16
+    err = (gx.double() - exact).norm().item()
+    assert err <= 1.2 * bound, (err, bound)
+    assert err >= 0.05 * bound  # the bound is not vacuous: quantization does cost this much
+    # on tokens spanning 100x in scale, per-tensor INT4 loses the small tokens (LQS's reason)
+    expected_rel = {(4, True): 0.4, (4, False): 0.7, (8, True): 0.02, (8, False): 0.04}
+    assert rel(gx, exact) < expected_rel[bits, per_token]
+
+
+@pytest.mark.parametrize("rounding", ["pseudo_stochastic", "nearest"])
+def test_gw_quantization_error_within_derived_bound(rounding):
+    N, S, O, I = 4, 64, 48, 40
+    gy, x = torch.randn(N, S, O), torch.randn(N, S, I)
+    xq, sx = ops.abc_compress(x, 0, list(LP_L1), 16, 8, rounding)
+    gw = ops.hla_grad_weight(gy, xq, sx, 0, list(LP_L1), 16, 8, rounding, "l", True)
+    g_t, x_t = hla_transform(gy, 0, LP_L1), hla_transform(x, 0, LP_L1)
+    hla_exact = g_t.double().t() @ x_t.double() / 16  # HLA without quantization
+    gq, sg = quantize(g_t, 8, False, rounding)
+    c = 1 / 12 if rounding == "nearest" else 1 / 4
+    bound = _expected_product_error(gq, sg, c, xq, sx, c, g_t.t(), x_t) / 16
+    err = (gw.double() - hla_exact).norm().item()
+    assert err <= 1.2 * bound, (err, bound)
+    assert rel(gw, hla_exact) < 0.02  # INT8 costs ~1% on top of the projection
+
+
+def test_hadamard_helps_int4_on_outlier_channels():
+    """The reason for HQ: an outlier column of g_y ruins naive INT4 per-token scales."""
+    L, O, I = 512, 256, 64
+    gy = torch.randn(L, O)
+    gy[:, 7] *= 50.0  # one outlier channel
+    w = torch.randn(O, I) / 16
+    exact = gy.double() @ w.double()
+    hq = ops.hq_grad_input(gy, w, 4, True, "nearest", "maxabs", 16, "l", True)
+    naive_q = quantize(gy, 4, True, "nearest")
+    naive_w = quantize(w.t().contiguous(), 4, False, "nearest")
+    naive = (naive_q[0].double() * naive_q[1][:, None]) @ (naive_w[0].double() * naive_w[1]).t()
+    assert rel(hq, exact) < 0.85 * rel(naive, exact)
+
+
+# ----------------------------------------------------------------------------- NaN / Inf
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nonfinite_gradient_propagates_and_is_reported_once(bad, caplog):
+    m = MLPBlock()
+    c = torch.compile(m, backend="hot", options=AOT)
+    x = torch.randn(2, 16, 64)
+    with caplog.at_level(logging.WARNING, logger="hotcompile"):
+        for _ in range(2):
+            y = c(x)
+            (y * torch.tensor(bad)).sum().backward()
+    assert not torch.isfinite(m.fc1.weight.grad).all()
+    assert not torch.isfinite(m.fc2.weight.grad).all()
+    msgs = [r.getMessage() for r in caplog.records if "NaN/Inf" in r.getMessage()]
+    assert sum("'fc2'" in msg for msg in msgs) == 1  # once per layer, named
+    assert sum("'fc1'" in msg for msg in msgs) == 1
+    assert set(hotcompile.nonfinite_layers()) == {"fc1", "fc2"}
+
+
+def test_finite_training_reports_nothing(caplog):
+    with caplog.at_level(logging.WARNING, logger="hotcompile"):
+        run_step(MLPBlock(), torch.randn(2, 16, 64), backend="hot", options=AOT)
+    assert not [r for r in caplog.records if "NaN/Inf" in r.getMessage()]
+
+
+# ----------------------------------------------------------------------------- whole layers
+
+
+def test_hot_gradients_track_exact_gradients():
+    """Default HOT on a smooth sequence model: gradients point the same way as autograd's."""
+    torch.manual_seed(0)
+    t = torch.linspace(0, 1, 64)
+    base = torch.stack(
+        [torch.sin(2 * math.pi * f * t + p) for f, p in [(0.5, 0), (1, 1), (2, 2), (0.3, 3)] * 16],
+        -1,
+    )  # [64, 64] smooth tokens
+    x = base[None].repeat(4, 1, 1) + 0.01 * torch.randn(4, 64, 64)
+    m = MLPBlock()
+    _, g0, _ = run_step(m, x)
+    _, g1, _ = run_step(m, x, backend="hot", options=AOT)
+    for k in ("fc1.weight", "fc2.weight", "fc1.bias", "ln.weight"):
+        cos = F.cosine_similarity(g0[k].flatten(), g1[k].flatten(), dim=0)
+        assert cos > 0.9, (k, cos)
+    torch.testing.assert_close(g1["fc2.bias"], g0["fc2.bias"])  # bias gradients stay exact
