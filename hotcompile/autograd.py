@@ -103,6 +103,23 @@ def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> tor
     )
 
 
+def _weight_grad_dense(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, grid_w, rows):
+    """HOT's g_w from the full-precision activation (ABC off): x is what the forward saved."""
+    if spec.gw_bits is None:
+        return _weight_grad(spec, gy3, _compress(spec, x3, grid_w, rows), grid_w, rows)
+    return ops.hla_grad_weight_dense(
+        gy3,
+        x3,
+        grid_w,
+        list(rows),
+        spec.block,
+        spec.gw_bits,
+        spec.rounding,
+        spec.name,
+        spec.check,
+    )
+
+
 def _input_grad(spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact."""
     if not spec.gx_quantized:
@@ -158,7 +175,7 @@ class HotLinearFunction(torch.autograd.Function):
             elif not spec.abc:  # HOT math, but x kept in full and compressed in the backward
                 x3, grid_w, rows = _linear_geometry(spec, saved[0])
                 gy3 = gy.reshape(x3.shape[0], x3.shape[1], O)
-                gw = _weight_grad(spec, gy3, _compress(spec, x3, grid_w, rows), grid_w, rows)
+                gw = _weight_grad_dense(spec, gy3, x3, grid_w, rows)
             else:
                 gy3 = gy.reshape(ctx.x3_ns[0], ctx.x3_ns[1], O)
                 gw = _weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
@@ -208,16 +225,20 @@ class HotConv2dFunction(torch.autograd.Function):
             if not spec.gx_quantized:
                 gx = torch.nn.grad.conv2d_input(ctx.x_shape, weight.to(gy.dtype), gy, **exact_conv)
             else:
-                gy2 = gy.permute(0, 2, 3, 1).reshape(-1, O)
-                cols = _input_grad(spec, gy2, weight.reshape(O, -1))  # [N·Ho·Wo, C·k²]
-                cols = cols.reshape(N, Ho * Wo, -1).transpose(1, 2)
-                gx = F.fold(
-                    cols,
-                    ctx.x_shape[-2:],
-                    weight.shape[-2:],
-                    spec.dilation,
-                    spec.padding,
-                    spec.stride,
+                gx = ops.hq_conv_grad_input(
+                    gy,
+                    weight,
+                    list(ctx.x_shape[-2:]),
+                    list(spec.stride),
+                    list(spec.padding),
+                    list(spec.dilation),
+                    spec.gx_bits,
+                    spec.per_token,
+                    spec.rounding,
+                    spec.weight_scale,
+                    spec.block,
+                    spec.name,
+                    spec.check,
                 )
             gx = gx.to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
@@ -228,10 +249,11 @@ class HotConv2dFunction(torch.autograd.Function):
             else:
                 gy3 = gy.permute(0, 2, 3, 1).reshape(N, Ho * Wo, O)
                 if spec.abc:
-                    comp = saved
+                    gw = _weight_grad(spec, gy3, saved, Wo, spec.hla_rows)
                 else:
-                    comp = _compress(spec, _cols(saved[0], weight, spec), Wo, spec.hla_rows)
-                gw = _weight_grad(spec, gy3, comp, Wo, spec.hla_rows).reshape(weight.shape)
+                    cols = _cols(saved[0], weight, spec)
+                    gw = _weight_grad_dense(spec, gy3, cols, Wo, spec.hla_rows)
+                gw = gw.reshape(weight.shape)
             gw = gw.to(weight.dtype)
         if ctx.needs_input_grad[2]:
             gb = gy.sum((0, 2, 3)).to(ctx.b_dtype)

@@ -181,6 +181,59 @@ def _(gy, w, bits, per_token, rounding, weight_scale, block, layer, check):
 
 
 @_op
+def hq_conv_grad_input(
+    gy: torch.Tensor,
+    w: torch.Tensor,
+    input_hw: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    bits: int,
+    per_token: bool,
+    rounding: str,
+    weight_scale: str,
+    block: int,
+    layer: str,
+    check: bool,
+) -> torch.Tensor:
+    """HQ g_x of a conv2d (groups 1): HQ on the im2col GEMM, then col2im.
+
+    ``gy: [N, O, Ho, Wo]``, ``w: [O, C, kh, kw]``; rows of the GEMM are output positions
+    (per-token = per position). Returns ``[N, C, H, W]`` in gy's dtype. The col2im lives
+    inside the op on purpose: inductor (torch 2.13, CPU) miscompiles ``F.fold`` of a
+    transposed operand followed by a pointwise op (tools/repros/inductor_fold_transposed.py).
+    """
+    N, O, Ho, Wo = gy.shape
+    gy2 = gy.permute(0, 2, 3, 1).reshape(-1, O)
+    cols = hq_grad_input(
+        gy2, w.reshape(O, -1), bits, per_token, rounding, weight_scale, block, layer, check
+    )
+    cols = cols.reshape(N, Ho * Wo, -1).transpose(1, 2)
+    return torch.nn.functional.fold(
+        cols, tuple(input_hw), tuple(w.shape[-2:]), tuple(dilation), tuple(padding), tuple(stride)
+    )
+
+
+@hq_conv_grad_input.register_fake
+def _(
+    gy,
+    w,
+    input_hw,
+    stride,
+    padding,
+    dilation,
+    bits,
+    per_token,
+    rounding,
+    weight_scale,
+    block,
+    layer,
+    check,
+):
+    return gy.new_empty((gy.shape[0], w.shape[1], input_hw[0], input_hw[1]))
+
+
+@_op
 def hla_grad_weight(
     gy: torch.Tensor,
     xq: torch.Tensor,
@@ -212,6 +265,33 @@ def _(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check):
     return gy.new_empty((gy.shape[-1], xq.shape[1]), dtype=torch.float32)
 
 
+@_op
+def hla_grad_weight_dense(
+    gy: torch.Tensor,
+    x: torch.Tensor,
+    grid_w: int,
+    rows: list[int],
+    block: int,
+    bits: int,
+    rounding: str,
+    layer: str,
+    check: bool,
+) -> torch.Tensor:
+    """HLA g_w from the full-precision activation ``x: [N, S, I]`` (ABC off).
+
+    Same result as ``abc_compress`` followed by ``hla_grad_weight``; taking ``gy`` and ``x``
+    in one op keeps the compression in the backward (the partitioner cannot hoist it into
+    the forward), so x is what is saved.
+    """
+    xq, sx = _quantize(_transform(x, grid_w, rows, block), bits, False, rounding, "maxabs")
+    return hla_grad_weight(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check)
+
+
+@hla_grad_weight_dense.register_fake
+def _(gy, x, grid_w, rows, block, bits, rounding, layer, check):
+    return gy.new_empty((gy.shape[-1], x.shape[-1]), dtype=torch.float32)
+
+
 # --------------------------------------------------------------------------- autocast
 
 _LIB = torch.library.Library("hotcompile", "FRAGMENT")
@@ -226,6 +306,8 @@ AUTOCAST_DATA_ARGS: dict[str, tuple[int, ...]] = {
     "abc_compress": (0,),
     "hq_grad_input": (0, 1),
     "hla_grad_weight": (0,),
+    "hq_conv_grad_input": (0, 1),
+    "hla_grad_weight_dense": (0, 1),
 }
 
 

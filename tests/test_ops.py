@@ -20,16 +20,31 @@ LP_L1 = [0, 2, 3, 8, 10, 11, 12, 14]
 
 OPCHECK_CASES = {
     "hadamard": lambda: (torch.randn(5, 40), 1, 16),
-    "hla_seq": lambda: (torch.randn(3, 21, 8), 0, LP_L1, 16),
-    "hla_grid": lambda: (torch.randn(2, 30, 8), 6, LP_L1, 16),
-    "quantize_token": lambda: (torch.randn(7, 9), 4, True, "pseudo_stochastic", "maxabs"),
-    "quantize_tensor": lambda: (torch.randn(7, 9), 8, False, "nearest", "sawb"),
+    "hla:seq": lambda: (torch.randn(3, 21, 8), 0, LP_L1, 16),
+    "hla:grid": lambda: (torch.randn(2, 30, 8), 6, LP_L1, 16),
+    "quantize:token": lambda: (torch.randn(7, 9), 4, True, "pseudo_stochastic", "maxabs"),
+    "quantize:tensor": lambda: (torch.randn(7, 9), 8, False, "nearest", "sawb"),
     "int_gemm": lambda: (
         torch.randint(-127, 128, (6, 20), dtype=torch.int8),
         torch.randint(-127, 128, (5, 20), dtype=torch.int8),
     ),
     "abc_compress": lambda: (torch.randn(2, 19, 12), 0, LP_L1, 16, 8, "pseudo_stochastic"),
-    "abc_compress_plain": lambda: (torch.randn(1, 19, 12), 0, [], 16, 8, "nearest"),
+    "abc_compress:plain": lambda: (torch.randn(1, 19, 12), 0, [], 16, 8, "nearest"),
+    "hq_conv_grad_input": lambda: (
+        torch.randn(2, 5, 6, 6),
+        torch.randn(5, 3, 3, 3),
+        [12, 12],
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        4,
+        True,
+        "pseudo_stochastic",
+        "sawb",
+        16,
+        "c",
+        True,
+    ),
     "hq_grad_input": lambda: (
         torch.randn(11, 24),
         torch.randn(24, 10),
@@ -52,12 +67,27 @@ OPCHECK_CASES = {
         "layer",
         True,
     ),
+    "hla_grad_weight_dense": lambda: (
+        torch.randn(2, 19, 24),
+        torch.randn(2, 19, 12),
+        0,
+        LP_L1,
+        16,
+        8,
+        "nearest",
+        "l",
+        True,
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(OPCHECK_CASES))
 def test_opcheck(case):
-    name = case.split("_seq")[0].split("_grid")[0].split("_token")[0].split("_tensor")[0]
+    name = (
+        case
+        if case.endswith("dense")
+        else case.split("_seq")[0].split("_grid")[0].split("_token")[0].split("_tensor")[0]
+    )
     name = name.replace("abc_compress_plain", "abc_compress")
     op = getattr(ops, name)
     torch.library.opcheck(op, OPCHECK_CASES[case]())
