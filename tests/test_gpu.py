@@ -1,0 +1,104 @@
+"""The backend on CUDA: inductor, CUDA tensors, bf16 autocast. Skipped without a GPU.
+
+Run on a GPU machine with ``python tools/gpu_tests.py`` (writes tools/results/gpu_tests.md).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import MLPBlock, SmallCNN, rel
+
+import hotcompile
+from hotcompile import HotBackend
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+ops = torch.ops.hotcompile
+LP_L1 = [0, 2, 3, 8, 10, 11, 12, 14]
+
+
+def test_reference_ops_on_cuda_match_cpu_bit_exactly():
+    """Deterministic roundings: the same codes and scales on CUDA and CPU."""
+    gy = torch.randn(300, 200)
+    x = torch.randn(4, 75, 96)
+    for rounding in ("nearest", "pseudo_stochastic"):
+        for per_token in (True, False):
+            a = ops.quantize(gy, 4, per_token, rounding, "maxabs")
+            b = ops.quantize(gy.cuda(), 4, per_token, rounding, "maxabs")
+            assert torch.equal(a[0], b[0].cpu()) and torch.equal(a[1], b[1].cpu())
+        a = ops.abc_compress(x, 0, LP_L1, 16, 8, rounding)
+        b = ops.abc_compress(x.cuda(), 0, LP_L1, 16, 8, rounding)
+        mismatch = (a[0] != b[0].cpu()).float().mean().item()
+        # the FWHT butterfly is the same sequence of fp32 adds on both devices
+        assert mismatch == 0.0 and torch.equal(a[1], b[1].cpu())
+    ai = torch.randint(-127, 128, (64, 320), dtype=torch.int8)
+    bi = torch.randint(-127, 128, (48, 320), dtype=torch.int8)
+    assert torch.equal(ops.int_gemm(ai, bi), ops.int_gemm(ai.cuda(), bi.cuda()).cpu())
+
+
+@pytest.mark.parametrize("model,shape", [(MLPBlock, (8, 64, 64)), (SmallCNN, (8, 1, 16, 16))])
+def test_exact_mode_inductor_cuda_matches_eager(model, shape):
+    m, x = model().cuda(), torch.randn(*shape, device="cuda")
+    m1, m2 = copy.deepcopy(m), copy.deepcopy(m)
+    m1(x).pow(2).mean().backward()
+    c = torch.compile(m2, backend="hot", options={"exact": True})
+    c(x).pow(2).mean().backward()
+    for (n, p1), p2 in zip(m1.named_parameters(), m2.parameters()):
+        assert rel(p2.grad, p1.grad) < 1e-4, n
+
+
+def test_hot_inductor_cuda_bf16_training_and_abc():
+    torch.manual_seed(0)
+    m = MLPBlock(256, 1024).cuda()
+    target = torch.nn.Linear(256, 256).cuda()
+    be = HotBackend()
+    c = torch.compile(m, backend=be)
+    opt = torch.optim.AdamW(m.parameters(), 1e-3)
+    losses = []
+    for _ in range(40):
+        x = torch.randn(16, 128, 256, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.mse_loss(c(x).float(), target(x).detach())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    assert all(p.path == "hot" for p in be.layers)
+    # saved activations: HOT vs plain inductor, same model, bf16 autocast
+    x = torch.randn(16, 128, 256, device="cuda")
+    plain = torch.compile(copy.deepcopy(m), backend="inductor")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        b_plain = hotcompile.saved_activation_bytes(plain(x), m)
+        y = c(x)
+        b_hot = hotcompile.saved_activation_bytes(y, m)
+        assert any(s.dtype == torch.int8 for s in hotcompile.saved_tensors(y))
+    assert b_hot < 0.75 * b_plain, (b_hot, b_plain)
+
+
+def test_dynamic_batch_on_cuda_compiles_once():
+    be = HotBackend()
+    m = MLPBlock().cuda()
+    c = torch.compile(m, backend=be, dynamic=True)
+    counts = []
+    for b in (2, 3, 6):
+        c(torch.randn(b, 40, 64, device="cuda")).sum().backward()
+        counts.append(len(be.records))
+    assert counts[1:] == [counts[0]] * 2
+    assert torch.isfinite(m.fc1.weight.grad).all()
+
+
+def test_conv_model_inductor_cuda_bf16():
+    m = SmallCNN().cuda()
+    c = torch.compile(m, backend="hot")
+    x = torch.randn(16, 1, 16, 16, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = F.cross_entropy(c(x), torch.randint(0, 10, (16,), device="cuda"))
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
