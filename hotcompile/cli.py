@@ -57,7 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="both",
         help="which model to train (default: both)",
     )
-    demo.add_argument("--epochs", type=int, default=12, help="training epochs (default: 12)")
+    demo.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="training epochs of every model (default: CNN 8, ViT 30)",
+    )
     demo.add_argument("--seed", type=int, default=0, help="seed of init, split and batches")
     demo.add_argument(
         "--compiler",

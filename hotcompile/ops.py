@@ -103,13 +103,19 @@ def _(x, bits, per_token, rounding, scale_mode):
 def int_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a · bᵀ`` with integer semantics: int8 ``[M, K]`` × int8 ``[N, K]`` -> int32 ``[M, N]``.
 
-    (The "TN" layout the tensor-core GEMMs consume: both operands K-major.) The reference
-    accumulates in float64, which is exact for |sum| < 2^53, i.e. K < 5.5e11 for INT8.
+    (The "TN" layout the tensor-core GEMMs consume: both operands K-major.) Runs on
+    ``torch._int_mm`` (int32 accumulation) where it takes the shape — any shape on CPU;
+    on CUDA M > 16 and K, N multiples of 8 — and otherwise accumulates in float64, which is
+    exact for |sum| < 2^53 (K < 5.5e11 for INT8).
     """
     if a.dtype != torch.int8 or b.dtype != torch.int8:
         raise TypeError(f"int_gemm takes int8 operands, got {a.dtype} and {b.dtype}")
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"int_gemm shapes do not match: {tuple(a.shape)} · {tuple(b.shape)}ᵀ")
+    M, K = a.shape
+    N = b.shape[0]
+    if a.device.type == "cpu" or (M > 16 and K % 8 == 0 and N % 8 == 0 and K > 0):
+        return torch._int_mm(a.contiguous(), b.contiguous().t())
     return (a.to(torch.float64) @ b.to(torch.float64).t()).to(torch.int32)
 
 

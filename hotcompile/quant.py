@@ -58,12 +58,12 @@ def sawb_scale(w: torch.Tensor, bits: int) -> torch.Tensor:
     w = w.to(torch.float32)
     amax = w.abs().amax()
     if bits != 4:
-        return amax / qmax(bits)
+        return amax * (1.0 / qmax(bits))
     alpha = 12.1 * w.square().mean().sqrt() - 12.2 * w.abs().mean()
     alpha = torch.where(alpha > 0, torch.minimum(alpha, amax), amax)
     # keep NaN/Inf visible: a non-finite weight gives a non-finite scale
     alpha = torch.where(torch.isfinite(amax), alpha, amax)
-    return alpha / qmax(bits)
+    return alpha * (1.0 / qmax(bits))
 
 
 def quantize(
@@ -80,17 +80,20 @@ def quantize(
     if x.dim() != 2:
         raise ValueError(f"quantize expects a 2-D tensor, got shape {tuple(x.shape)}")
     q = qmax(bits)
+    # multiply by the float32 reciprocal rather than divide: CUDA turns division by a scalar
+    # into exactly this multiplication, and the scales must agree bit for bit across devices
+    inv_q = 1.0 / q
     xf = x.to(torch.float32)
     if per_token:
         if scale_mode != "maxabs":
             raise ValueError("per-token quantization supports only max-abs scales")
-        scale = xf.abs().amax(dim=1) / q
+        scale = xf.abs().amax(dim=1) * inv_q
         s = scale[:, None]
     else:
         if scale_mode == "sawb":
             scale = sawb_scale(xf, bits).reshape(1)
         elif scale_mode == "maxabs":
-            scale = (xf.abs().amax() / q).reshape(1)
+            scale = (xf.abs().amax() * inv_q).reshape(1)
         else:
             raise ValueError(f"unknown scale mode {scale_mode!r}")
         s = scale

@@ -236,6 +236,9 @@ def rewrite(gm: torch.fx.GraphModule, config: HotConfig) -> list[LayerPlan]:
                 continue
             conv = dict(stride=stride, padding=padding, dilation=dilation)
         spec = _spec(config, name, kind, **conv)
+        if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
+            # one row per sample: no token dimension to low-pass, INT8 quantization only
+            spec = dataclasses.replace(spec, hla_rows=())
         path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")
         fn = hot_linear if kind == "linear" else hot_conv2d
         node.target = _make_call(fn, spec)
