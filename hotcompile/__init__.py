@@ -9,8 +9,9 @@ CUDA and needs no compiler.
 """
 
 from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
-from hotcompile.backend import HotBackend, clear_plans, hot_backend, plans
+from hotcompile.backend import HotBackend, calibrate, clear_plans, hot_backend, plans
 from hotcompile.config import HotConfig, HotConfigError
+from hotcompile.lqs import Plan, PlanEntry
 from hotcompile.memory import saved_activation_bytes, saved_tensors
 from hotcompile.numerics import nonfinite_layers
 
@@ -21,6 +22,9 @@ __all__ = [
     "HotConfig",
     "HotConfigError",
     "LayerSpec",
+    "Plan",
+    "PlanEntry",
+    "calibrate",
     "clear_plans",
     "hot_backend",
     "hot_conv2d",

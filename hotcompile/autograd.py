@@ -39,7 +39,8 @@ class LayerSpec:
     name: str
     kind: str = "linear"
     gx_bits: int | None = 4
-    per_token: bool = True
+    gx_scaling: str = "per_token"
+    lqs_key: str = ""
     weight_scale: str = "sawb"
     gw_bits: int | None = 8
     hla_rows: tuple[int, ...] = (0, 2, 3, 8, 10, 11, 12, 14)
@@ -52,6 +53,10 @@ class LayerSpec:
     stride: tuple[int, int] = (1, 1)
     padding: tuple[int, int] = (0, 0)
     dilation: tuple[int, int] = (1, 1)
+
+    @property
+    def per_token(self) -> bool:
+        return self.gx_scaling == "per_token"
 
     @property
     def gx_quantized(self) -> bool:
@@ -128,11 +133,12 @@ def _input_grad(spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor) -> torch.T
         gy2,
         w2,
         spec.gx_bits,
-        spec.per_token,
+        spec.gx_scaling,
         spec.rounding,
         spec.weight_scale,
         spec.block,
         spec.name,
+        spec.lqs_key,
         spec.check,
     )
 
@@ -233,11 +239,12 @@ class HotConv2dFunction(torch.autograd.Function):
                     list(spec.padding),
                     list(spec.dilation),
                     spec.gx_bits,
-                    spec.per_token,
+                    spec.gx_scaling,
                     spec.rounding,
                     spec.weight_scale,
                     spec.block,
                     spec.name,
+                    spec.lqs_key,
                     spec.check,
                 )
             gx = gx.to(ctx.x_dtype)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from hotcompile.config import HotConfig
+from hotcompile.lqs import Plan, PlanEntry
 from hotcompile.passes import LayerPlan, rewrite
 
 log = logging.getLogger("hotcompile")
@@ -146,7 +147,7 @@ class HotBackend:
         self.records: list[CompileRecord] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-        layers = rewrite(gm, self.config)
+        layers = rewrite(gm, self.config, example_inputs)
         _counter["graphs"] += 1
         record = CompileRecord(_counter["graphs"], self.config, layers, len(example_inputs))
         self.records.append(record)
@@ -170,6 +171,18 @@ class HotBackend:
         """Every layer plan of every graph this backend compiled."""
         return [p for r in self.records for p in r.layers]
 
+    def lqs_plan(self) -> Plan:
+        """The quantizer decisions of this backend's layers (LQS-measured or given) as a plan."""
+        entries, seen = [], set()
+        for p in self.layers:
+            q = p.quantizer
+            if p.name in seen or q not in ("per_token", "per_tensor"):
+                continue
+            seen.add(p.name)
+            errs = p.lqs_errors or (None, None)
+            entries.append(PlanEntry(p.name, q, errs[0], errs[1], p.quantizer_rule))
+        return Plan(tuple(entries), self.config.lqs_metric, self.config.lqs_threshold)
+
 
 def hot_backend(
     gm: torch.fx.GraphModule,
@@ -188,6 +201,45 @@ def hot_backend(
     if mode is not None:
         config = HotConfig.from_options({"config": config, "mode": mode})
     return HotBackend(config)(gm, example_inputs)
+
+
+def calibrate(
+    model: torch.nn.Module,
+    example_batch: Any,
+    loss_fn: Callable[[Any], torch.Tensor],
+    config: HotConfig | dict[str, Any] | None = None,
+) -> Plan:
+    """LQS ahead of training: one forward/backward on ``example_batch`` with the exact g_x,
+    measuring both quantizers' errors per layer on the gradients of ``loss_fn(model(batch))``.
+
+    Returns the :class:`Plan`; pass it as ``options={"plan": plan}`` (or save it with
+    ``plan.save(path)``) and training starts with the decisions, no calibration step.
+    ``example_batch`` is one input or a tuple of positional inputs. The model's ``.grad``
+    fields are left as they were.
+    """
+    base = HotConfig.from_options(config)
+    cfg = dataclasses.replace(
+        base,
+        gx_scaling="lqs",
+        plan=None,
+        warmup_steps=0,
+        compiler="eager",
+        lqs_calibration_steps=1,
+    )
+    backend = HotBackend(cfg)
+    args = example_batch if isinstance(example_batch, tuple) else (example_batch,)
+    saved_grads = {p: p.grad for p in model.parameters()}
+    try:
+        for p in saved_grads:
+            p.grad = None
+        compiled = torch.compile(model, backend=backend)
+        loss_fn(compiled(*args)).backward()
+    finally:
+        for p, g in saved_grads.items():
+            p.grad = g
+    plan = backend.lqs_plan()
+    log.info("hotcompile: LQS calibration chose %s", {e.layer: e.quantizer for e in plan.entries})
+    return plan
 
 
 def plans() -> list[LayerPlan]:

@@ -18,7 +18,8 @@ from typing import Any
 
 ROUNDINGS = ("stochastic", "pseudo_stochastic", "nearest")
 WEIGHT_SCALES = ("sawb", "maxabs")
-GX_SCALINGS = ("per_token", "per_tensor")
+GX_SCALINGS = ("lqs", "per_token", "per_tensor")
+LQS_METRICS = ("transformed", "raw")
 HLA_ROW_SETS = ("lp_l1", "sequency")
 HLA_2D_MODES = ("none", "batch")
 CONV_ABC_MODES = ("im2col",)
@@ -50,8 +51,18 @@ class HotConfig:
         gw_bits: bit-width of the g_w path (HLA operands): 8 (paper), 4, or None for
             unquantized operands.
         hla: apply HLA (the low-rank projection along L) on the g_w path.
-        gx_scaling: quantizer of the g_x operand g_y·B: ``"per_token"`` (one scale per row) or
-            ``"per_tensor"``. (LQS, the automatic per-layer choice, is not implemented yet.)
+        gx_scaling: quantizer of the g_x operand g_y·B: ``"lqs"`` (default: chosen per layer
+            from real gradients, see ``hotcompile.lqs``), ``"per_token"`` (one scale per row)
+            or ``"per_tensor"`` everywhere.
+        lqs_calibration_steps: backward steps per layer that run the exact g_x while LQS
+            measures both quantizers' errors; then the choice freezes.
+        lqs_metric: measure on the operand actually quantized (``"transformed"``, g_y·B) or on
+            raw g_y (``"raw"``, the official code).
+        lqs_threshold: per-token iff e_token < lqs_threshold · e_tensor (0.5, official).
+        plan: a :class:`hotcompile.lqs.Plan` (or its JSON dict, or a path to it) from
+            :func:`hotcompile.calibrate`; its layers skip calibration.
+        warmup_steps: precision warm-up: the g_x path runs INT8 for each layer's first N
+            backward steps, then ``gx_bits`` (the paper's pre-training recipe).
         rounding: rounding of gradient and activation operands: ``"pseudo_stochastic"``
             (NITI's RNG-free rule, deterministic, the default), ``"stochastic"`` (torch RNG),
             or ``"nearest"``. Weights are always rounded to nearest.
@@ -86,7 +97,12 @@ class HotConfig:
     gx_bits: int | None = 4
     gw_bits: int | None = 8
     hla: bool = True
-    gx_scaling: str = "per_token"
+    gx_scaling: str = "lqs"
+    lqs_calibration_steps: int = 1
+    lqs_metric: str = "transformed"
+    lqs_threshold: float = 0.5
+    plan: Any = None
+    warmup_steps: int = 0
     rounding: str = "pseudo_stochastic"
     weight_scale: str = "sawb"
     abc: bool = True
@@ -121,6 +137,19 @@ class HotConfig:
                 raise bad(name, getattr(self, name), "True or False")
         choice("gx_scaling", GX_SCALINGS)
         choice("rounding", ROUNDINGS)
+        choice("lqs_metric", LQS_METRICS)
+        for name in ("lqs_calibration_steps", "warmup_steps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < (1 if "lqs" in name else 0):
+                raise bad(name, v, "a positive integer" if "lqs" in name else "an integer >= 0")
+        if not isinstance(self.lqs_threshold, (int, float)) or not 0 < self.lqs_threshold <= 1:
+            raise bad("lqs_threshold", self.lqs_threshold, "a number in (0, 1]")
+        from hotcompile.lqs import as_plan
+
+        try:
+            object.__setattr__(self, "plan", as_plan(self.plan))
+        except (TypeError, ValueError, OSError) as e:
+            raise bad("plan", self.plan, f"a Plan, its JSON dict or a path to it ({e})") from None
         choice("weight_scale", WEIGHT_SCALES)
         choice("hla_2d", HLA_2D_MODES)
         choice("conv_abc", CONV_ABC_MODES)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from hotcompile import numerics
+from hotcompile import lqs, numerics
 from hotcompile.hadamard import block_hadamard, padded
 from hotcompile.hla import hla_transform, patch_side
 from hotcompile.quant import quantize as _quantize
@@ -155,20 +155,35 @@ def hq_grad_input(
     gy: torch.Tensor,
     w: torch.Tensor,
     bits: int,
-    per_token: bool,
+    scaling: str,
     rounding: str,
     weight_scale: str,
     block: int,
     layer: str,
+    key: str,
     check: bool,
 ) -> torch.Tensor:
     """HQ g_x path: ``g_x ≈ g_y · W`` through Hadamard-transformed low-bit operands.
 
     ``Ĝ = g_y·B_O``, ``Ŵ = B_O·W`` (16-blocks along O, zero-padded), ``Ĝq = Q(Ĝ)`` per-token or
-    per-tensor with ``rounding``, ``Ŵq = Q(Ŵ)`` per-tensor (SAWB or max-abs, nearest), then
-    ``g_x = diag(s_g)·(Ĝq·Ŵq)·s_w / block`` with an exact integer GEMM. ``gy: [L, O]``,
-    ``w: [O, I]``; the result ``[L, I]`` has gy's dtype.
+    per-tensor (``scaling``) with ``rounding``, ``Ŵq = Q(Ŵ)`` per-tensor (SAWB or max-abs,
+    nearest), then ``g_x = diag(s_g)·(Ĝq·Ŵq)·s_w / block`` with an exact integer GEMM.
+    ``gy: [L, O]``, ``w: [O, I]``; the result ``[L, I]`` has gy's dtype.
+
+    ``scaling="lqs"`` looks the layer's quantizer up by ``key`` in ``hotcompile.lqs``: while
+    the layer calibrates, the exact product is returned and both errors are recorded. A
+    non-empty ``key`` also applies the precision warm-up.
     """
+    if key:
+        if scaling == "lqs":
+            scaling, bits = lqs.step_scaling(key, gy, bits, block)
+            if scaling == "exact":
+                return gy @ w.to(gy.dtype)
+        else:
+            bits = lqs.step_bits(key, bits)
+    elif scaling == "lqs":
+        raise ValueError("hq_grad_input: scaling='lqs' needs the layer's LQS key")
+    per_token = scaling == "per_token"
     g_hat = block_hadamard(gy, 1, block)
     w_hat = block_hadamard(w, 0, block)
     gq, sg = _quantize(g_hat, bits, per_token, rounding, "maxabs")
@@ -181,7 +196,7 @@ def hq_grad_input(
 
 
 @hq_grad_input.register_fake
-def _(gy, w, bits, per_token, rounding, weight_scale, block, layer, check):
+def _(gy, w, bits, scaling, rounding, weight_scale, block, layer, key, check):
     torch._check(gy.shape[1] == w.shape[0], lambda: "hq_grad_input: O mismatch")
     return gy.new_empty((gy.shape[0], w.shape[1]))
 
@@ -195,24 +210,26 @@ def hq_conv_grad_input(
     padding: list[int],
     dilation: list[int],
     bits: int,
-    per_token: bool,
+    scaling: str,
     rounding: str,
     weight_scale: str,
     block: int,
     layer: str,
+    key: str,
     check: bool,
 ) -> torch.Tensor:
     """HQ g_x of a conv2d (groups 1): HQ on the im2col GEMM, then col2im.
 
     ``gy: [N, O, Ho, Wo]``, ``w: [O, C, kh, kw]``; rows of the GEMM are output positions
-    (per-token = per position). Returns ``[N, C, H, W]`` in gy's dtype. The col2im lives
-    inside the op on purpose: inductor (torch 2.13, CPU) miscompiles ``F.fold`` of a
-    transposed operand followed by a pointwise op (tools/repros/inductor_fold_transposed.py).
+    (per-token = per position; ``scaling``/``key`` as in ``hq_grad_input``). Returns
+    ``[N, C, H, W]`` in gy's dtype. The col2im lives inside the op on purpose: inductor
+    (torch 2.13, CPU) miscompiles ``F.fold`` of a transposed operand followed by a pointwise
+    op (tools/repros/inductor_fold_transposed.py).
     """
     N, O, Ho, Wo = gy.shape
     gy2 = gy.permute(0, 2, 3, 1).reshape(-1, O)
     cols = hq_grad_input(
-        gy2, w.reshape(O, -1), bits, per_token, rounding, weight_scale, block, layer, check
+        gy2, w.reshape(O, -1), bits, scaling, rounding, weight_scale, block, layer, key, check
     )
     cols = cols.reshape(N, Ho * Wo, -1).transpose(1, 2)
     return torch.nn.functional.fold(
@@ -229,11 +246,12 @@ def _(
     padding,
     dilation,
     bits,
-    per_token,
+    scaling,
     rounding,
     weight_scale,
     block,
     layer,
+    key,
     check,
 ):
     return gy.new_empty((gy.shape[0], w.shape[1], input_hw[0], input_hw[1]))

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hotcompile import lqs
 from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
 from hotcompile.config import HotConfig
 from hotcompile.hla import hla_rows
@@ -54,6 +55,39 @@ class LayerPlan:
     path: str
     reason: str = ""
     spec: LayerSpec | None = None
+    static_rule: str = ""
+
+    @property
+    def quantizer(self) -> str | None:
+        """Quantizer of the g_x operand: ``per_token``/``per_tensor``; for a layer under LQS
+        the runtime decision, or ``"lqs (calibrating)"`` before its first backward."""
+        s = self.spec
+        if s is None or not s.gx_quantized:
+            return None
+        if s.gx_scaling != "lqs":
+            return s.gx_scaling
+        st = lqs.get(s.lqs_key)
+        return st.decision if st is not None and st.decision else "lqs (calibrating)"
+
+    @property
+    def quantizer_rule(self) -> str:
+        """Why that quantizer: the config, the plan, or LQS's measured errors."""
+        s = self.spec
+        if s is None or not s.gx_quantized:
+            return ""
+        if s.gx_scaling != "lqs":
+            return self.static_rule
+        st = lqs.get(s.lqs_key)
+        if st is None or not st.decision:
+            return "LQS: measured on the first backward step(s), then frozen"
+        return st.rule
+
+    @property
+    def lqs_errors(self) -> tuple[float | None, float | None] | None:
+        """(e_token, e_tensor) measured by LQS, if this layer was calibrated at run time."""
+        s = self.spec
+        st = lqs.get(s.lqs_key) if s is not None and s.lqs_key else None
+        return (st.e_token, st.e_tensor) if st is not None and st.decision else None
 
     def describe(self) -> dict[str, Any]:
         """One row of the plan table."""
@@ -71,11 +105,7 @@ class LayerPlan:
             )
         gx = "-"
         if hot:
-            gx = (
-                f"HQ INT{s.gx_bits} {'per-token' if s.per_token else 'per-tensor'}"
-                if (s.gx_quantized)
-                else "exact"
-            )
+            gx = f"HQ INT{s.gx_bits} {self.quantizer}" if (s.gx_quantized) else "exact"
         return {
             "layer": self.name,
             "kind": self.kind,
@@ -132,12 +162,47 @@ def _pair(v: Any) -> tuple[int, int]:
     return (int(v), int(v)) if isinstance(v, int) else tuple(int(i) for i in v)
 
 
-def _spec(config: HotConfig, name: str, kind: str, **conv: Any) -> LayerSpec:
+def _scaling(config: HotConfig, name: str) -> tuple[str, str]:
+    """The g_x quantizer of a layer and the rule that chose it (before any calibration)."""
+    entry = config.plan.get(name) if config.plan is not None else None
+    if entry is not None:
+        return entry.quantizer, f"plan: {entry.rule or 'given'}"
+    if config.gx_scaling == "lqs":
+        return "lqs", ""
+    return config.gx_scaling, f"config gx_scaling={config.gx_scaling!r}"
+
+
+def _lqs_key(config: HotConfig, name: str, weight: Any, scaling: str) -> str:
+    """Key of the layer's runtime LQS / warm-up state: one per (weight tensor, settings)."""
+    if scaling != "lqs" and not config.warmup_steps:
+        return ""
+    settings = (
+        config.lqs_calibration_steps,
+        config.lqs_metric,
+        config.lqs_threshold,
+        config.warmup_steps,
+        config.gx_bits,
+        config.block_size,
+    )
+    key = f"{name}@{id(weight):x}/{hash(settings) & 0xFFFFFFFF:08x}"
+    lqs.state(
+        key,
+        name=name,
+        calibration_steps=config.lqs_calibration_steps,
+        metric=config.lqs_metric,
+        threshold=config.lqs_threshold,
+        warmup_steps=config.warmup_steps,
+    )
+    return key
+
+
+def _spec(config: HotConfig, name: str, kind: str, scaling: str, key: str, **conv: Any):
     return LayerSpec(
         name=name,
         kind=kind,
         gx_bits=config.gx_bits,
-        per_token=config.gx_scaling == "per_token",
+        gx_scaling=scaling,
+        lqs_key=key,
         weight_scale=config.weight_scale,
         gw_bits=config.gw_bits,
         hla_rows=hla_rows(config.hla_rows, config.rank, config.block_size) if config.hla else (),
@@ -174,8 +239,30 @@ def _make_call(fn, spec: LayerSpec):
     return call
 
 
-def rewrite(gm: torch.fx.GraphModule, config: HotConfig) -> list[LayerPlan]:
-    """Rewrite ``gm`` in place; return the plan of every linear/conv-like call it saw."""
+def _weight_objects(gm: torch.fx.GraphModule, example_inputs) -> dict[torch.fx.Node, Any]:
+    """The real weight tensors behind placeholder / get_attr nodes (identity of the layer)."""
+    found: dict[torch.fx.Node, Any] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if example_inputs is not None and len(example_inputs) == len(placeholders):
+        found.update(zip(placeholders, example_inputs))
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            obj: Any = gm
+            for part in str(n.target).split("."):
+                obj = getattr(obj, part, None)
+            found[n] = obj
+    return found
+
+
+def rewrite(
+    gm: torch.fx.GraphModule, config: HotConfig, example_inputs: Any = None
+) -> list[LayerPlan]:
+    """Rewrite ``gm`` in place; return the plan of every linear/conv-like call it saw.
+
+    ``example_inputs`` (what the backend receives) identify each layer's weight tensor, which
+    keys its runtime LQS state; without them a layer's state is keyed by ``gm`` instead.
+    """
+    weights = _weight_objects(gm, example_inputs)
     plans: list[LayerPlan] = []
     seen: dict[str, int] = {}
     for node in list(gm.graph.nodes):
@@ -235,7 +322,9 @@ def rewrite(gm: torch.fx.GraphModule, config: HotConfig) -> list[LayerPlan]:
                 skip(f"padding={_arg(node, 4, 'padding')!r} with stride {stride} is not supported")
                 continue
             conv = dict(stride=stride, padding=padding, dilation=dilation)
-        spec = _spec(config, name, kind, **conv)
+        scaling, rule = _scaling(config, name)
+        key = _lqs_key(config, name, weights.get(w_node, gm), scaling)
+        spec = _spec(config, name, kind, scaling, key, **conv)
         if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
             # one row per sample: no token dimension to low-pass, INT8 quantization only
             spec = dataclasses.replace(spec, hla_rows=())
@@ -244,7 +333,7 @@ def rewrite(gm: torch.fx.GraphModule, config: HotConfig) -> list[LayerPlan]:
         node.target = _make_call(fn, spec)
         node.args = (x_node, w_node, b_node)
         node.kwargs = {}
-        plans.append(LayerPlan(name, kind, wshape, path, "", spec))
+        plans.append(LayerPlan(name, kind, wshape, path, "", spec, rule))
         log.info("hotcompile: %s (%s %s) -> %s", name, kind, "x".join(map(str, wshape)), path)
     gm.recompile()
     return plans

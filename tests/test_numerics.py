@@ -93,7 +93,8 @@ def test_gx_error_within_derived_bound(bits, per_token, rounding):
     L, O, I = 256, 192, 96
     gy = torch.randn(L, O) * torch.logspace(-1, 1, L)[:, None]  # tokens of varied scale
     w = torch.randn(O, I) / math.sqrt(O)
-    gx = ops.hq_grad_input(gy, w, bits, per_token, rounding, "maxabs", 16, "l", True)
+    scaling = "per_token" if per_token else "per_tensor"
+    gx = ops.hq_grad_input(gy, w, bits, scaling, rounding, "maxabs", 16, "l", "", True)
     exact = gy.double() @ w.double()
     g_hat, w_hat = block_hadamard(gy, 1), block_hadamard(w, 0)
     gq, sg = quantize(g_hat, bits, per_token, rounding)
@@ -131,7 +132,7 @@ def test_hadamard_helps_int4_on_outlier_channels():
     gy[:, 7] *= 50.0  # one outlier channel
     w = torch.randn(O, I) / 16
     exact = gy.double() @ w.double()
-    hq = ops.hq_grad_input(gy, w, 4, True, "nearest", "maxabs", 16, "l", True)
+    hq = ops.hq_grad_input(gy, w, 4, "per_token", "nearest", "maxabs", 16, "l", "", True)
     naive_q = quantize(gy, 4, True, "nearest")
     naive_w = quantize(w.t().contiguous(), 4, False, "nearest")
     naive = (naive_q[0].double() * naive_q[1][:, None]) @ (naive_w[0].double() * naive_w[1]).t()

@@ -38,22 +38,24 @@ OPCHECK_CASES = {
         [1, 1],
         [1, 1],
         4,
-        True,
+        "per_token",
         "pseudo_stochastic",
         "sawb",
         16,
         "c",
+        "",
         True,
     ),
     "hq_grad_input": lambda: (
         torch.randn(11, 24),
         torch.randn(24, 10),
         4,
-        True,
+        "per_tensor",
         "pseudo_stochastic",
         "sawb",
         16,
         "layer",
+        "",
         True,
     ),
     "hla_grad_weight": lambda: (
@@ -92,7 +94,8 @@ def test_ops_run_under_autocast_and_cast_data_inputs_only():
     x = torch.randn(4, 32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         codes, scale = ops.quantize(x, 8, False, "nearest", "maxabs")
-        gx = ops.hq_grad_input(x, torch.randn(32, 16), 4, True, "nearest", "maxabs", 16, "l", True)
+        w = torch.randn(32, 16)
+        gx = ops.hq_grad_input(x, w, 4, "per_token", "nearest", "maxabs", 16, "l", "", True)
     assert codes.dtype == torch.int8 and scale.dtype == torch.float32
     assert gx.dtype == torch.bfloat16  # its data inputs were cast to the autocast dtype
     ref, _ = ops.quantize(x.bfloat16(), 8, False, "nearest", "maxabs")
