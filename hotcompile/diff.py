@@ -774,7 +774,12 @@ def _input_saved(info: _GraphInfo | None, layer: str, plan: Any, kind: str) -> t
             + (" ..." if len(others) > 4 else "")
             + " reads "
             + xname
-            + " in the backward, so the partitioner saves it and recomputes the compression"
+            + " in the backward, so the partitioner saves it"
+            + (
+                " (the compressed copy is saved as well)"
+                if _compressed_saved(info, layer)
+                else " and recomputes the compression in the backward"
+            )
         )
     if x.op == "placeholder":
         return True, (
@@ -788,6 +793,16 @@ def _input_saved(info: _GraphInfo | None, layer: str, plan: Any, kind: str) -> t
             "min-cut partitioner: saving x is cheaper than saving the compressed operand" + extra
         )
     return True, "saved by the partitioner (no backward consumer found)"
+
+
+def _compressed_saved(info: _GraphInfo, layer: str) -> bool:
+    """Whether the forward saves a ``hotcompile`` op's output produced in ``layer``."""
+    for s in info.saved:
+        src = s.args[0] if s.target is operator.getitem else s
+        if isinstance(src, torch.fx.Node) and _is_hot_op(src.target):
+            if info.fw_layer.get(src) == layer:
+                return True
+    return False
 
 
 def _compressed_bytes_in_bw(info: _GraphInfo, layer: str) -> int:

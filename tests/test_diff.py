@@ -157,7 +157,20 @@ def test_cnn_conv_layers_and_flags(cnn):
     # conv3's input (a ReLU output) is read by the ReLU's own backward as well
     assert layers["conv3"].flagged
     assert "another consumer" in layers["conv3"].input_saved_reason
+    assert "recomputes the compression" in layers["conv3"].input_saved_reason
     assert "hotcompile.hq_grad_input" in layers["head"].hot_ops
+
+
+def test_attention_output_projection_shares_its_input():
+    """SDPA's backward reads its own output, which is the projection's input: still saved."""
+    torch.manual_seed(0)
+    d = diff(Block(), torch.randn(2, 16, 32), {"gx_scaling": "per_tensor"}, trace=False)
+    proj = d.layer("attn.proj")
+    assert proj.path == "hot" and proj.quantizer == "per_tensor" and proj.flagged
+    assert "another consumer needs it" in proj.input_saved_reason
+    assert "scaled_dot_product" in proj.input_saved_reason
+    assert "compressed copy is saved as well" in proj.input_saved_reason
+    assert [lay.name for lay in d.flagged] == ["attn.proj"]
 
 
 def test_activation_checkpointing_flagged():
