@@ -440,6 +440,10 @@ def _saved_bytes(
 
     from hotcompile.backend import _boxed_nop, _decompositions
 
+    # inductor's max_pool decomposition reads ``torch._inductor.lowering`` without importing
+    # it (torch 2.13): without this, any model with max-pooling fails here.
+    importlib.import_module("torch._inductor.lowering")
+
     found: list[dict[str, Any]] = []
 
     def partition(joint, joint_inputs, **kwargs):

@@ -204,6 +204,11 @@ def resnet50():
     return ResNet50(), torch.empty(1, 3, 224, 224)
 
 
+def llama_7b():
+    """CLI factory, like :func:`vit_b16`: one sequence of 2048 tokens."""
+    return Llama(), torch.empty(1, 2048, dtype=torch.long)
+
+
 #: the paper's counting: HLA also on one-row-per-sample inputs (the official code blocks
 #: across the batch) and the code's I·(r/n)·O term, at batch 1.
 OFFICIAL = {"config": HotConfig(hla_2d="batch"), "bops_variant": "code", "saved": False}
@@ -374,6 +379,8 @@ def test_bits_and_options_change_the_costs():
 @pytest.mark.parametrize("model, x", [
     (MLPBlock(), torch.randn(4, 32, 64)),
     (SmallCNN(), torch.randn(4, 1, 16, 16)),
+    (nn.Sequential(nn.Conv2d(3, 16, 3), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(784, 10)),
+     torch.randn(2, 3, 16, 16)),
 ])  # fmt: skip
 def test_static_saved_bytes_equal_the_runtime_measurement(model, x):
     """The fake-tensor partition predicts exactly what the compiled graphs save at run time."""
