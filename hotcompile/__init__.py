@@ -11,9 +11,11 @@ CUDA and needs no compiler.
 from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
 from hotcompile.backend import HotBackend, calibrate, clear_plans, hot_backend, plans
 from hotcompile.config import HotConfig, HotConfigError
+from hotcompile.graphdiff import diff
 from hotcompile.lqs import Plan, PlanEntry
 from hotcompile.memory import saved_activation_bytes, saved_tensors
 from hotcompile.numerics import nonfinite_layers
+from hotcompile.report import report
 
 __version__ = "0.1.0"
 
@@ -26,11 +28,13 @@ __all__ = [
     "PlanEntry",
     "calibrate",
     "clear_plans",
+    "diff",
     "hot_backend",
     "hot_conv2d",
     "hot_linear",
     "nonfinite_layers",
     "plans",
+    "report",
     "saved_activation_bytes",
     "saved_tensors",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import textwrap
 
@@ -73,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
+    for module in ("hotcompile.report", "hotcompile.graphdiff"):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:  # pragma: no cover - optional tool not present in this build
+            continue
+        mod.add_parser(sub)
     return parser
 
 

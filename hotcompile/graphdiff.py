@@ -1,4 +1,4 @@
-"""``hotcompile.diff``: what the hot backend changes in the compiled training graphs.
+"""``hotcompile.graphdiff``: what the hot backend changes in the compiled training graphs.
 
 HOT's effect is invisible from the outside: the model computes the same forward, and the
 compiled backward is an opaque callable. To check what happened to a model, this tool compiles
@@ -1368,8 +1368,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             (float32 by default; integer dtypes draw token ids in [0, 100)).
 
             examples:
-              hotcompile diff hotcompile.diff:example_block
-              hotcompile diff hotcompile.diff:example_cnn --input 2x3x16x16 --summary
+              hotcompile diff hotcompile.graphdiff:example_block
+              hotcompile diff hotcompile.graphdiff:example_cnn --input 2x3x16x16 --summary
               hotcompile diff mypkg.models:make_vit --input 2x3x32x32 --html diff.html
               hotcompile diff mypkg.models:make_lm --input 2x64:int64 --json > diff.json
               hotcompile diff mypkg.models:make_vit --input 2x3x32x32 \\

@@ -13,7 +13,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from hotcompile.diff import GraphDiff, SavedValue
+    from hotcompile.graphdiff import GraphDiff, SavedValue
 
 _CSS = """
 :root { --bg:#fff; --fg:#1d2330; --mut:#6b7280; --line:#e5e7eb; --add:#e6ffec; --addfg:#116329;
@@ -132,7 +132,7 @@ def _side_by_side(before: list[str], after: list[str], title: str) -> str:
 
 
 def _saved_table(rows: list[SavedValue], other: set[str], gone_cls: str) -> str:
-    from hotcompile.diff import human_bytes
+    from hotcompile.graphdiff import human_bytes
 
     body = []
     for s in rows:
@@ -162,7 +162,7 @@ def _changes(ch: dict[str, int]) -> str:
 
 def render_html(d: GraphDiff) -> str:
     """The whole report as one HTML string."""
-    from hotcompile.diff import human_bytes
+    from hotcompile.graphdiff import human_bytes
 
     sb = d.saved_bytes()
     b, a = sb["before"]["activations"], sb["after"]["activations"]

