@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import functools
 import hashlib
+import importlib
 import logging
 import pathlib
 from collections.abc import Callable, Sequence
@@ -88,17 +89,36 @@ def _boxed_nop(gm: torch.fx.GraphModule, _inputs: Sequence[Any]) -> Callable:
     return make_boxed_func(gm.forward)
 
 
-def _aot_eager(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+def aot_decomp_partition(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    partition_fn: Callable | None = None,
+    inference_compiler: Callable | None = None,
+) -> Callable:
+    """AOTAutograd with inductor's decompositions and min-cut partitioner, no code generation.
+
+    The one pipeline behind ``compiler="aot_eager"``, the graph-diff tool and the static
+    report: the same forward/backward split and saved tensors as inductor. ``partition_fn``
+    (default: min-cut) may wrap min-cut to record what it decides; ``inference_compiler`` sees
+    the graph compiled when no gradient is needed.
+    """
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
+    # inductor's max_pool decomposition reads ``torch._inductor.lowering`` without importing
+    # it (torch 2.13): without this, any model with max-pooling fails to trace here.
+    importlib.import_module("torch._inductor.lowering")
+    kwargs: dict[str, Any] = {}
+    if inference_compiler is not None:
+        kwargs["inference_compiler"] = inference_compiler
     return aot_autograd(
         fw_compiler=_boxed_nop,
         bw_compiler=_boxed_nop,
         decompositions=_decompositions(),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=partition_fn or min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
-    )(gm, example_inputs)
+        **kwargs,
+    )(gm, list(example_inputs))
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: HotConfig):
@@ -163,7 +183,7 @@ class HotBackend:
         if self.config.compiler == "eager":
             return gm.forward
         if self.config.compiler == "aot_eager":
-            return _aot_eager(gm, example_inputs)
+            return aot_decomp_partition(gm, example_inputs)
         return _inductor(gm, example_inputs, self.config)
 
     @property

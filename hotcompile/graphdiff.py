@@ -31,7 +31,6 @@ import dataclasses
 import difflib
 import functools
 import importlib
-import inspect
 import json
 import operator
 import os
@@ -45,6 +44,7 @@ import torch
 import torch.nn as nn
 
 from hotcompile.config import HotConfig
+from hotcompile.passes import rewrite
 
 __all__ = [
     "GraphDiff",
@@ -103,22 +103,6 @@ class _Capture:
     num_fwd_outputs: int = 0
 
 
-@functools.lru_cache(maxsize=1)
-def _decompositions() -> dict:
-    from torch._inductor.decomposition import select_decomp_table
-
-    return select_decomp_table()
-
-
-def _rewrite(gm: torch.fx.GraphModule, config: HotConfig, example_inputs: Sequence[Any]):
-    """``hotcompile.passes.rewrite``, passing the example inputs when it accepts them."""
-    from hotcompile.passes import rewrite
-
-    if len(inspect.signature(rewrite).parameters) >= 3:
-        return rewrite(gm, config, example_inputs)
-    return rewrite(gm, config)
-
-
 def _recording_backend(config: HotConfig | None, captures: list[_Capture]) -> Callable:
     """A backend doing what ``HotBackend(compiler="aot_eager")`` does, recording the graphs.
 
@@ -127,13 +111,11 @@ def _recording_backend(config: HotConfig | None, captures: list[_Capture]) -> Ca
     the number of user outputs (the saved values are the forward outputs after them).
     """
     from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
-    from torch._dynamo.backends.common import aot_autograd
 
-    def nop(gm: torch.fx.GraphModule, _inputs: Sequence[Any]) -> Callable:
-        return make_boxed_func(gm.forward)
+    from hotcompile.backend import aot_decomp_partition
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-        plans = _rewrite(gm, config, example_inputs) if config is not None else []
+        plans = rewrite(gm, config, example_inputs) if config is not None else []
         cap = _Capture(gm, list(example_inputs), list(plans))
         captures.append(cap)
 
@@ -148,14 +130,7 @@ def _recording_backend(config: HotConfig | None, captures: list[_Capture]) -> Ca
             cap.num_fwd_outputs = len(_outputs(gm_inf))
             return make_boxed_func(gm_inf.forward)
 
-        return aot_autograd(
-            fw_compiler=nop,
-            bw_compiler=nop,
-            inference_compiler=inference,
-            decompositions=_decompositions(),
-            partition_fn=partition,
-            keep_inference_input_mutations=True,
-        )(gm, example_inputs)
+        return aot_decomp_partition(gm, example_inputs, partition, inference)
 
     return backend
 

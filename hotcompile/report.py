@@ -436,13 +436,8 @@ def _saved_bytes(
     callable is discarded: only the partitioner's decision is wanted.
     """
     from functorch.compile import min_cut_rematerialization_partition
-    from torch._dynamo.backends.common import aot_autograd
 
-    from hotcompile.backend import _boxed_nop, _decompositions
-
-    # inductor's max_pool decomposition reads ``torch._inductor.lowering`` without importing
-    # it (torch 2.13): without this, any model with max-pooling fails here.
-    importlib.import_module("torch._inductor.lowering")
+    from hotcompile.backend import aot_decomp_partition
 
     found: list[dict[str, Any]] = []
 
@@ -463,13 +458,7 @@ def _saved_bytes(
             })  # fmt: skip
         return fw, bw
 
-    aot_autograd(
-        fw_compiler=_boxed_nop,
-        bw_compiler=_boxed_nop,
-        decompositions=_decompositions(),
-        partition_fn=partition,
-        keep_inference_input_mutations=True,
-    )(gm, list(example_inputs))
+    aot_decomp_partition(gm, example_inputs, partition_fn=partition)
     return sum(t["bytes"] for t in found), found
 
 
