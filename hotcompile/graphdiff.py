@@ -823,25 +823,16 @@ def _layer_saved(info: _GraphInfo | None, layer: str, rows: list[SavedValue]) ->
 def _quantizer(plan: Any) -> tuple[str | None, str]:
     """The g_x quantizer of a rewritten layer and the rule that chose it.
 
-    LQS (per-layer choice) exposes ``plan.quantizer`` / ``plan.quantizer_rule``; before it,
-    the choice was the config's ``gx_scaling``.
+    ``plan.quantizer`` is LQS's run-time decision (or ``"lqs (calibrating)"`` before the
+    first backward), the plan's, or the config's; ``plan.quantizer_rule`` says which.
     """
     if plan is None or plan.spec is None or plan.path == "skipped":
         return None, ""
-    spec = plan.spec
-    if not getattr(spec, "gx_quantized", True):
+    if not plan.spec.gx_quantized:
         return "exact", "g_x unquantized (exact or gx_bits=None)"
-    q = getattr(plan, "quantizer", None)
-    rule = getattr(plan, "quantizer_rule", None)
-    if q is None:
-        scaling = getattr(spec, "gx_scaling", None)
-        if scaling in (None, "per_token", "per_tensor"):
-            q = "per_token" if spec.per_token else "per_tensor"
-        else:
-            q = str(scaling)
-    if not rule:
-        rule = "config gx_scaling"
-    return str(q), str(rule)
+    if not plan.needs_gx:
+        return None, "no g_x: the layer's input needs no gradient"
+    return plan.quantizer, plan.quantizer_rule
 
 
 def _candidate_layers(info: _GraphInfo | None, model: nn.Module) -> list[tuple[str, str]]:

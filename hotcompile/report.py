@@ -573,13 +573,11 @@ def _expr(v: Any, symbols: dict) -> tuple[int | sympy.Expr, int]:
 
 
 def _quantizer(plan: Any) -> str | None:
-    """LQS adds ``plan.quantizer``; before that, the spec's per-token flag decides."""
+    """The g_x quantizer of the layer plan: LQS's decision, the plan's or the config's; None
+    when the layer computes no quantized g_x (skipped, exact, or its input needs no grad)."""
     if plan.spec is None or plan.path not in ("hot", "gx_only"):
         return None
-    q = getattr(plan, "quantizer", None)
-    if q is not None:
-        return str(q)
-    return "per_token" if plan.spec.per_token else "per_tensor"
+    return plan.quantizer
 
 
 def _layer(
