@@ -39,6 +39,7 @@ class LayerSpec:
     name: str
     kind: str = "linear"
     gx_bits: int | None = 4
+    hadamard: bool = True
     gx_scaling: str = "per_token"
     lqs_key: str = ""
     weight_scale: str = "sawb"
@@ -57,6 +58,11 @@ class LayerSpec:
     @property
     def per_token(self) -> bool:
         return self.gx_scaling == "per_token"
+
+    @property
+    def gx_block(self) -> int:
+        """Hadamard block of the g_x path; 1 (identity transform) without Hadamard."""
+        return self.block if self.hadamard else 1
 
     @property
     def gx_quantized(self) -> bool:
@@ -136,7 +142,7 @@ def _input_grad(spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor) -> torch.T
         spec.gx_scaling,
         spec.rounding,
         spec.weight_scale,
-        spec.block,
+        spec.gx_block,
         spec.name,
         spec.lqs_key,
         spec.check,
@@ -242,7 +248,7 @@ class HotConv2dFunction(torch.autograd.Function):
                     spec.gx_scaling,
                     spec.rounding,
                     spec.weight_scale,
-                    spec.block,
+                    spec.gx_block,
                     spec.name,
                     spec.lqs_key,
                     spec.check,

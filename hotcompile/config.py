@@ -47,6 +47,8 @@ class HotConfig:
         hla_rows: ``"lp_l1"`` (the block read as a 4x4 patch, 2-D Walsh functions ordered by
             L1 sequency: r=8 gives rows {0,2,3,8,10,11,12,14}, r=10 the official code's set),
             ``"sequency"`` (1-D sequency 0..r-1), or an explicit tuple of row indices of H_n.
+        hadamard: transform g_y and W with the block Hadamard before quantizing on the g_x path
+            (HQ). False quantizes them directly: the "naive INT4" ablation.
         gx_bits: bit-width of the g_x path (HQ): 4 (paper), 8, or None for an exact g_x.
         gw_bits: bit-width of the g_w path (HLA operands): 8 (paper), 4, or None for
             unquantized operands.
@@ -94,6 +96,7 @@ class HotConfig:
     block_size: int = 16
     hla_rank: int = 8
     hla_rows: str | tuple[int, ...] = "lp_l1"
+    hadamard: bool = True
     gx_bits: int | None = 4
     gw_bits: int | None = 8
     hla: bool = True
@@ -132,7 +135,7 @@ class HotConfig:
         for name in ("gx_bits", "gw_bits"):
             if getattr(self, name) not in (4, 8, None):
                 raise bad(name, getattr(self, name), "4, 8 or None (no quantization)")
-        for name in ("hla", "abc", "exact"):
+        for name in ("hla", "abc", "exact", "hadamard"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, getattr(self, name), "True or False")
         choice("gx_scaling", GX_SCALINGS)

@@ -108,7 +108,8 @@ class LayerPlan:
         if hot and not self.needs_gx:
             gx = "- (input needs no grad)"
         elif hot:
-            gx = f"HQ INT{s.gx_bits} {self.quantizer}" if s.gx_quantized else "exact"
+            hq = "HQ" if s.hadamard else "no-Hadamard"
+            gx = f"{hq} INT{s.gx_bits} {self.quantizer}" if s.gx_quantized else "exact"
         return {
             "layer": self.name,
             "kind": self.kind,
@@ -186,6 +187,7 @@ def _lqs_key(config: HotConfig, name: str, weight: Any, scaling: str) -> str:
         config.warmup_steps,
         config.gx_bits,
         config.block_size,
+        config.hadamard,
     )
     key = f"{name}@{id(weight):x}/{hash(settings) & 0xFFFFFFFF:08x}"
     lqs.state(
@@ -204,6 +206,7 @@ def _spec(config: HotConfig, name: str, kind: str, scaling: str, key: str, **con
         name=name,
         kind=kind,
         gx_bits=config.gx_bits,
+        hadamard=config.hadamard,
         gx_scaling=scaling,
         lqs_key=key,
         weight_scale=config.weight_scale,

@@ -184,3 +184,22 @@ def test_hot_gradients_track_exact_gradients():
         cos = F.cosine_similarity(g0[k].flatten(), g1[k].flatten(), dim=0)
         assert cos > 0.9, (k, cos)
     torch.testing.assert_close(g1["fc2.bias"], g0["fc2.bias"])  # bias gradients stay exact
+
+
+def test_hadamard_off_is_the_naive_int4_ablation():
+    """``hadamard=False`` quantizes g_y and W directly: worse g_x on outlier channels."""
+    torch.manual_seed(0)
+    lin = nn.Linear(256, 64)
+    x = torch.randn(512, 256, requires_grad=True)
+    pattern = torch.randn(512, 64)
+    pattern[:, 7] *= 50.0  # an outlier output channel of g_y
+    exact = torch.autograd.grad((lin(x) * pattern).sum(), x)[0]
+    errs = {}
+    for hadamard in (True, False):
+        be = hotcompile.HotBackend(compiler="eager", hadamard=hadamard, gx_scaling="per_token")
+        x.grad = None
+        (torch.compile(lin, backend=be)(x) * pattern).sum().backward()
+        errs[hadamard] = rel(x.grad, exact)
+        torch._dynamo.reset()
+        assert ("HQ" in be.layers[0].describe()["g_x"]) == hadamard
+    assert errs[True] < 0.85 * errs[False], errs
