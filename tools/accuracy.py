@@ -199,7 +199,7 @@ class LMBlock(nn.Module):
 class ByteLM(nn.Module):
     """Decoder-only byte LM: embedding, learned positions, ``depth`` blocks, linear head.
 
-    The defaults (dim 128, depth 2, ctx 128) give ~0.44 M parameters: large enough for
+    The defaults (dim 128, depth 2, ctx 128) give 0.48 M parameters: large enough for
     attention to matter on code, small enough to train for hundreds of steps on 2 CPU cores.
     """
 
@@ -260,9 +260,9 @@ class Settings:
 
     cnn_epochs: int = 8
     vit_epochs: int = 30
-    lm_steps: int = 400
-    lora_steps: int = 200
-    lm_batch: int = 32
+    lm_steps: int = 300
+    lora_steps: int = 150
+    lm_batch: int = 16
     lm_ctx: int = 128
     lm_dim: int = 128
     lm_depth: int = 2
@@ -806,8 +806,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parallel single-threaded worker processes (default: 2)")  # fmt: skip
     p.add_argument("--cnn-epochs", type=int, help="digits CNN epochs (default 8)")
     p.add_argument("--vit-epochs", type=int, help="digits ViT epochs (default 30)")
-    p.add_argument("--lm-steps", type=int, help="LM training steps (default 400)")
-    p.add_argument("--lora-steps", type=int, help="LoRA fine-tuning steps (default 200)")
+    p.add_argument("--lm-steps", type=int, help="LM training steps (default 300)")
+    p.add_argument("--lora-steps", type=int, help="LoRA fine-tuning steps (default 150)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
