@@ -1,0 +1,338 @@
+"""Triton kernels of HQ's g_x path, and its CUDA implementation of ``hq_grad_input``.
+
+``hq_quantize`` reads ``g_y [L, O]`` once from device memory and writes the INT4/INT8-grid codes
+of ``Ĝ = g_y·(I ⊗ H16)`` (float8_e4m3fn for ``torch._scaled_mm`` or int8) and their fp32
+scales. Per program: a block of rows, the 16-block butterfly in float32 in the order of
+``hotcompile.hadamard.fwht_last``, the row max-abs, then the rounding of
+``hotcompile.quant.quantize`` (true division, NITI rule, round-half-even). Codes and scales
+are bit-identical to the CPU reference for ``nearest`` and ``pseudo_stochastic``.
+
+- per-token: one launch. When O (padded to 16, then to a power of two) fits one tile, each
+  row block is loaded once and kept in registers; otherwise the row block is walked twice
+  (max-abs, then quantize): the second walk re-reads the same few KiB from L2.
+- per-tensor: two launches, no host sync: the first reduces max-abs into one int32 word with
+  an atomic max on the float's bits (non-negative floats order like their bits, NaN above
+  Inf, so NaN propagates), the second quantizes with the global scale.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from hotcompile import lqs, numerics
+from hotcompile.hadamard import padded
+from hotcompile.quant import PSEUDO_BITS, qmax
+
+_FLT_MAX = tl.constexpr(3.4028234663852886e38)
+ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2}
+#: tile size (elements) of one program; rows per program = TILE // BLOCK_O
+TILE = 4096
+#: widest O chunk of the two-walk path
+CHUNK_O = 2048
+
+
+# ----------------------------------------------------------------------------- device code
+
+
+@triton.jit
+def _bfly(y, R: tl.constexpr, H: tl.constexpr):
+    """One butterfly stage on ``[R, 16]``: pairs (j, j+H) of each 2H-run -> (a+b, a-b)."""
+    z = tl.reshape(y, [R, 8 // H, 2, H])
+    z = tl.permute(z, [0, 1, 3, 2])
+    a, b = tl.split(z)
+    z = tl.join(a + b, a - b)
+    z = tl.permute(z, [0, 1, 3, 2])
+    return tl.reshape(z, [R, 16])
+
+
+@triton.jit
+def _load_ht(gy_ptr, stride_g, rows64, rmask, c0, O, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr):
+    cols = c0 + tl.arange(0, BLOCK_O)
+    mask = rmask[:, None] & (cols < O)[None, :]
+    x = tl.load(gy_ptr + rows64[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
+    R: tl.constexpr = BLOCK_L * BLOCK_O // 16
+    y = tl.reshape(x.to(tl.float32), [R, 16])
+    y = _bfly(y, R, 1)
+    y = _bfly(y, R, 2)
+    y = _bfly(y, R, 4)
+    y = _bfly(y, R, 8)
+    return tl.reshape(y, [BLOCK_L, BLOCK_O]), cols
+
+
+@triton.jit
+def _amax_bits(x):
+    """Row max-abs as int32 bits (NaN-propagating: abs clears the sign, NaN bits > Inf bits)."""
+    return tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=1)
+
+
+@triton.jit
+def _quant_store(
+    x, s, codes_ptr, stride_c, rows, rows64, cols, L_OUT, O_PAD, seed,
+    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+):  # fmt: skip
+    ok = (s > 0.0) & (s <= _FLT_MAX)
+    safe = tl.where(ok, s, 1.0)
+    v = tl.math.div_rn(x, safe)  # IEEE division, like torch's x / s
+    v = tl.where(v != v, 0.0, v)
+    v = tl.where(v > _FLT_MAX, QMAX * 1.0, v)
+    v = tl.where(v < -_FLT_MAX, QMAX * -1.0, v)
+    a = tl.abs(v)
+    if ROUNDING == 0:
+        # round half to even: adding 2^23 leaves no fraction bits (a < 2^23); larger a are integers
+        r = tl.where(a < 8388608.0, (a + 8388608.0) - 8388608.0, a)
+    else:
+        fl = tl.floor(a)
+        frac = a - fl
+        if ROUNDING == 1:
+            f = tl.floor(frac * (1 << (2 * PM))).to(tl.int32)
+            up = (f >> PM) > (f & ((1 << PM) - 1))
+        else:
+            offs = rows[:, None] * O_PAD + cols[None, :]
+            up = frac > tl.rand(seed, offs)
+        r = fl + up.to(tl.float32)
+    mag = tl.minimum(r, QMAX * 1.0)
+    code = tl.where(v < 0.0, -mag, mag)
+    mask = (rows < L_OUT)[:, None] & (cols < O_PAD)[None, :]
+    ptrs = codes_ptr + rows64[:, None] * stride_c + cols[None, :]
+    tl.store(ptrs, code.to(codes_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _hq_quant_kernel(
+    gy_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, L, O, L_OUT, O_PAD, stride_g, stride_c,
+    seed, numel,
+    MODE: tl.constexpr, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+    NCHUNK: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr, SAWB: tl.constexpr,
+):  # fmt: skip
+    """MODE 0: per-token, all in one launch. MODE 1: per-tensor max-abs (atomic, int bits);
+    with SAWB also Σx² and Σ|x| (atomic fp32 adds). MODE 2: per-tensor quantize with the
+    max-abs (or SAWB scale) of MODE 1."""
+    INV_Q: tl.constexpr = 1.0 / QMAX
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
+    rmask = rows < L
+    rows64 = rows.to(tl.int64)
+    if MODE != 2:
+        ssq = tl.zeros([BLOCK_L], dtype=tl.float32)
+        sab = tl.zeros([BLOCK_L], dtype=tl.float32)
+        if NCHUNK == 1:
+            x, cols = _load_ht(gy_ptr, stride_g, rows64, rmask, 0, O, BLOCK_L, BLOCK_O)
+            bits = _amax_bits(x)
+            if SAWB:
+                ssq = tl.sum(x * x, axis=1)
+                sab = tl.sum(tl.abs(x), axis=1)
+        else:
+            bits = tl.zeros([BLOCK_L], dtype=tl.int32)
+            for c in range(NCHUNK):
+                xc, _ = _load_ht(gy_ptr, stride_g, rows64, rmask, c * BLOCK_O, O, BLOCK_L, BLOCK_O)
+                bits = tl.maximum(bits, _amax_bits(xc))
+                if SAWB:
+                    ssq += tl.sum(xc * xc, axis=1)
+                    sab += tl.sum(tl.abs(xc), axis=1)
+        if MODE == 1:
+            tl.atomic_max(amax_ptr, tl.max(bits, axis=0))
+            if SAWB:
+                tl.atomic_add(stats_ptr, tl.sum(ssq, axis=0))
+                tl.atomic_add(stats_ptr + 1, tl.sum(sab, axis=0))
+        else:
+            scale = bits.to(tl.float32, bitcast=True) * INV_Q
+            tl.store(scale_ptr + rows, scale, mask=rows < L_OUT)
+            s = scale[:, None]
+    else:
+        amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
+        if SAWB:
+            # the official SAWB rule of hotcompile.quant.sawb_scale (4-bit coefficients)
+            rms = tl.sqrt_rn(tl.load(stats_ptr) / numel)
+            alpha = 12.1 * rms - 12.2 * (tl.load(stats_ptr + 1) / numel)
+            alpha = tl.where(alpha > 0, tl.minimum(alpha, amax), amax)
+            alpha = tl.where(amax <= _FLT_MAX, alpha, amax)
+            scale = alpha * INV_Q
+        else:
+            scale = amax * INV_Q
+        if pid == 0:
+            tl.store(scale_ptr, scale)
+        s = scale
+    if MODE != 1:
+        if NCHUNK == 1:
+            if MODE == 2:
+                x, cols = _load_ht(gy_ptr, stride_g, rows64, rmask, 0, O, BLOCK_L, BLOCK_O)
+            _quant_store(
+                x, s, codes_ptr, stride_c, rows, rows64, cols, L_OUT, O_PAD, seed,
+                ROUNDING, QMAX, PM,
+            )  # fmt: skip
+        else:
+            for c in range(NCHUNK):
+                xc, cc = _load_ht(gy_ptr, stride_g, rows64, rmask, c * BLOCK_O, O, BLOCK_L, BLOCK_O)
+                _quant_store(
+                    xc, s, codes_ptr, stride_c, rows, rows64, cc, L_OUT, O_PAD, seed,
+                    ROUNDING, QMAX, PM,
+                )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- host code
+
+
+def _config(o_pad: int, block_o: int | None) -> tuple[int, int, int, int]:
+    """(BLOCK_L, BLOCK_O, NCHUNK, num_warps) for a padded width.
+
+    Measured on an H200 (docs/kernels.md, tile sweep): one tile per row when the
+    padded width is a power of two up to TILE, else chunks that divide it exactly (the
+    largest power of two, 256 to CHUNK_O), never a tile mostly masked.
+    """
+    p = triton.next_power_of_2(o_pad)
+    if block_o is None:
+        if p == o_pad and p <= TILE:
+            block_o = p
+        else:
+            block_o = min(o_pad & -o_pad, CHUNK_O)
+            block_o = max(block_o, 256)
+    block_o = min(block_o, p)
+    nchunk = triton.cdiv(o_pad, block_o)
+    block_l = max(1, min(64, TILE // block_o))
+    return block_l, block_o, nchunk, 4 if block_l * block_o <= 2048 else 8
+
+
+def hq_quantize(
+    gy: torch.Tensor,
+    bits: int = 4,
+    per_token: bool = True,
+    rounding: str = "pseudo_stochastic",
+    out_dtype: torch.dtype = torch.float8_e4m3fn,
+    pad_rows_to: int = 1,
+    block_o: int | None = None,
+    sawb: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused ``quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding)`` on CUDA.
+
+    Returns ``(codes [L_out, O_pad] out_dtype, scales fp32 [L_out] or [1])`` with
+    ``L_out = padded(L, pad_rows_to)`` (rows past L are zero codes with zero scale) and
+    ``O_pad = padded(O, 16)``. Codes are INT-grid integers in ``out_dtype``. ``sawb``
+    (per-tensor, 4-bit): the SAWB scale of ``hotcompile.quant.sawb_scale`` from Σx², Σ|x| summed
+    with atomics (equal to the reference's to float32 rounding, not bit for bit).
+    """
+    if gy.dim() != 2:
+        raise ValueError(f"hq_quantize expects [L, O], got {tuple(gy.shape)}")
+    q = qmax(bits)
+    if out_dtype == torch.float8_e4m3fn and q > 16:
+        raise ValueError("INT8 codes are not exact in float8_e4m3fn: use int8")
+    if gy.stride(-1) != 1:
+        gy = gy.contiguous()
+    L, O = gy.shape
+    o_pad, l_out = padded(O, 16), padded(L, pad_rows_to)
+    codes = torch.empty((l_out, o_pad), dtype=out_dtype, device=gy.device)
+    scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
+    if l_out == 0 or o_pad == 0:
+        if not per_token:
+            scales.zero_()
+        return codes, scales
+    block_l, bo, nchunk, warps = _config(o_pad, block_o)
+    seed = int(torch.randint(0, 2**31 - 1, ())) if rounding == "stochastic" else 0
+    grid = (triton.cdiv(l_out, block_l),)
+    common = dict(
+        ROUNDING=ROUNDINGS[rounding],
+        QMAX=q,
+        PM=PSEUDO_BITS[bits],
+        NCHUNK=nchunk,
+        BLOCK_L=block_l,
+        BLOCK_O=bo,
+        SAWB=sawb,
+        num_warps=warps,
+    )
+    args = (L, O, l_out, o_pad, gy.stride(0), codes.stride(0), seed, float(L * o_pad))
+    if per_token:
+        if sawb:
+            raise ValueError("SAWB scales are per tensor")
+        _hq_quant_kernel[grid](gy, codes, scales, scales, scales, *args, MODE=0, **common)
+    else:
+        amax = torch.zeros((1,), dtype=torch.int32, device=gy.device)
+        stats = torch.zeros((2,), dtype=torch.float32, device=gy.device) if sawb else scales
+        _hq_quant_kernel[grid](gy, codes, scales, amax, stats, *args, MODE=1, **common)
+        _hq_quant_kernel[grid](gy, codes, scales, amax, stats, *args, MODE=2, **common)
+    return codes, scales
+
+
+@functools.lru_cache(maxsize=8)
+def _has_fp8(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (8, 9)
+
+
+def quantize_weight(w: torch.Tensor, bits: int, weight_scale: str, fp8: bool):
+    """``Ŵq = Q(B·W)`` per tensor, nearest, as the GEMM's column-major B operand ``[I, O_pad]``.
+
+    Runs the fused kernel on ``Wᵀ`` (one transpose copy of W): the 16-blocks along O become
+    rows' contiguous runs and the codes come out K-major, as ``_scaled_mm``/``_int_mm`` want.
+    """
+    sawb = weight_scale == "sawb" and bits == 4
+    if weight_scale not in ("sawb", "maxabs"):
+        raise ValueError(f"unknown scale mode {weight_scale!r}")
+    wt = w.t().contiguous()
+    return hq_quantize(
+        wt, bits, False, "nearest", torch.float8_e4m3fn if fp8 else torch.int8, sawb=sawb
+    )
+
+
+def _reference(*args):
+    from hotcompile.ops import hq_grad_input
+
+    return hq_grad_input._init_fn(*args)
+
+
+def hq_grad_input_cuda(
+    gy: torch.Tensor,
+    w: torch.Tensor,
+    bits: int,
+    scaling: str,
+    rounding: str,
+    weight_scale: str,
+    block: int,
+    layer: str,
+    key: str,
+    check: bool,
+) -> torch.Tensor:
+    """CUDA ``hotcompile::hq_grad_input``: fused Hadamard-quantize of g_y, then an FP8 GEMM.
+
+    INT4 with I % 16 == 0 on sm_89+: ``torch._scaled_mm`` in e4m3 (row-wise scales fused in the
+    epilogue for bf16 g_y; fp32 output then the reference's scaling otherwise). INT8 or other
+    shapes: int8 codes and ``torch._int_mm`` (the reference's ``int_gemm``). Block sizes other
+    than 16 and unknown roundings fall back to the reference.
+    """
+    # LQS / warm-up preamble: the same calls as the reference, once per call
+    if key:
+        if scaling == "lqs":
+            scaling, bits = lqs.step_scaling(key, gy, bits, block)
+            if scaling == "exact":
+                return gy @ w.to(gy.dtype)
+        else:
+            bits = lqs.step_bits(key, bits)
+    elif scaling == "lqs":
+        raise ValueError("hq_grad_input: scaling='lqs' needs the layer's LQS key")
+    args = (bits, scaling, rounding, weight_scale, block, layer, "", check)
+    if block != 16 or rounding not in ROUNDINGS or gy.dim() != 2 or w.dim() != 2:
+        return _reference(gy, w, *args)
+    per_token = scaling == "per_token"
+    L, I = gy.shape[0], w.shape[1]
+    fp8 = bits == 4 and I % 16 == 0 and I > 0 and _has_fp8(gy.device.index or 0)
+    codes, sg = hq_quantize(
+        gy, bits, per_token, rounding, torch.float8_e4m3fn if fp8 else torch.int8, 16 if fp8 else 1
+    )
+    wt, sw = quantize_weight(w, bits, weight_scale, fp8)
+    if check:
+        numerics.check_scale(sg[:L], layer, "g_x")
+    sw_b = sw / block
+    if fp8 and gy.dtype == torch.bfloat16:
+        sa = sg[:, None] if per_token else sg
+        sb = sw_b.expand(1, I).contiguous() if per_token else sw_b
+        out = torch._scaled_mm(codes, wt.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+        return out[:L]
+    if fp8:
+        one = torch.ones((), dtype=torch.float32, device=gy.device)
+        acc = torch._scaled_mm(codes, wt.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
+    else:
+        acc = torch.ops.hotcompile.int_gemm(codes, wt).to(torch.float32)
+    acc, sg = acc[:L], sg[:L]
+    s_row = sg[:, None] if per_token else sg
+    return (acc * s_row * sw_b).to(gy.dtype)
