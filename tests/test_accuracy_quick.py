@@ -1,0 +1,118 @@
+"""Fast guards for the accuracy experiment (``tools/accuracy.py``).
+
+The full experiment takes ~35 minutes; this file keeps its two promises cheap to check on
+every CPU test run: HOT still *trains* a transformer LM about as well as FP32 on real text
+(a regression in any backward path shows up as a worse loss after a few dozen steps), and the
+script's command line, job plan and report logic hold together.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _load_accuracy():
+    """tools/ is not a package: import the script from its path (registered for dataclasses)."""
+    name = "hotcompile_tools_accuracy"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+acc = _load_accuracy()
+
+
+def _train_tiny_lm(variant: str, text, val, steps: int = 40) -> tuple[float, float]:
+    """Initial and final validation loss of a tiny byte LM trained ``steps`` steps."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = acc.ByteLM(dim=32, depth=1, heads=2, ctx=32)
+    initial = acc.lm_val_loss(model, val)
+    compiled, _ = acc.compile_variant(model, variant, acc.VARIANTS[variant])
+    gen = torch.Generator().manual_seed(0)
+    acc._fit(model, compiled, variant, acc.batches(text, 32, 8, gen), steps, 5e-3,
+             acc._lm_loss, 10, lambda n: None)  # fmt: skip
+    return initial, acc.lm_val_loss(model, val)
+
+
+def test_hot_lm_converges_like_fp32():
+    torch.set_flush_denormal(True)
+    text = acc.load_text("lib", "train", max_bytes=200_000)
+    val = acc.val_windows(acc.load_text("lib", "val", max_bytes=100_000), 32, 64)
+    init_fp32, fp32 = _train_tiny_lm("fp32", text, val)
+    init_hot, hot = _train_tiny_lm("hot", text, val)
+    print(f"tiny LM val loss: init {init_fp32:.3f}, FP32 {fp32:.3f}, HOT {hot:.3f}")
+    assert init_hot == pytest.approx(init_fp32)  # same weights: the forward is untouched
+    # both learn: from ~ln(256) = 5.5 nats/byte to well below
+    assert fp32 < init_fp32 - 1.0, (init_fp32, fp32)
+    assert hot < init_hot - 1.0, (init_hot, hot)
+    # and HOT's backward costs at most a few percent of loss at this scale
+    assert hot <= 1.03 * fp32, f"HOT val loss {hot:.4f} vs FP32 {fp32:.4f}"
+
+
+def test_stdlib_split_is_deterministic_and_disjoint():
+    files = acc.stdlib_files()
+    assert files == sorted(files) and len(files) > 100
+    rels = [r for r, _ in files]
+    assert all("site-packages" not in r for r in rels)
+    splits = {r: acc.file_split(r) for r in rels}
+    assert splits == {r: acc.file_split(r) for r in rels}
+    n_val = sum(s == "val" for s in splits.values())
+    assert 0.05 < n_val / len(rels) < 0.15
+    assert {acc.file_domain(r) for r in rels} == {"lib", "tests"}
+
+
+def test_quick_cli_parsing_and_job_plan():
+    args = acc.build_parser().parse_args(["--quick", "--tasks", "lm", "lora"])
+    s = acc.settings_from_args(args)
+    assert s.lm_steps < acc.Settings().lm_steps and args.out is None
+    full = acc.settings_from_args(acc.build_parser().parse_args(["--lm-steps", "7"]))
+    assert full.lm_steps == 7 and full.vit_epochs == acc.Settings().vit_epochs
+    jobs = acc.plan_jobs(["lm", "lora"], [0, 1])
+    assert jobs[:2] == [("lm", "fp32", 0), ("lm", "fp32", 1)]  # they unlock the LoRA runs
+    assert len(jobs) == 2 * len(acc.VARIANTS) and not any(t == "lora" for t, _, _ in jobs)
+    assert acc.plan_jobs(["lora"], [0]) == [("lm", "fp32", 0)]
+    help_text = acc.build_parser().format_help()
+    assert "examples:" in help_text and "naive_int4" in help_text and "--quick" in help_text
+
+
+def _run(task: str, variant: str, seed: int, value: float):
+    return acc.RunOutput(task, variant, seed, acc.METRIC[task], value, [1.0, 0.5], 0.0, 2)
+
+
+def test_summary_and_targets_follow_the_numbers():
+    runs = [
+        *(_run("cnn", "fp32", s, v) for s, v in enumerate([0.99, 0.98, 0.99])),
+        *(_run("cnn", "hot", s, v) for s, v in enumerate([0.97, 0.97, 0.96])),
+        *(_run("cnn", "naive_int4", s, v) for s, v in enumerate([0.90, 0.91, 0.89])),
+        *(_run("lm", "fp32", s, v) for s, v in enumerate([2.00, 2.02])),
+        *(_run("lm", "hot", s, v) for s, v in enumerate([2.01, 2.03])),
+    ]
+    rows = acc.summarize(runs)
+    assert [(r["task"], r["variant"]) for r in rows] == [
+        ("cnn", "fp32"), ("cnn", "hot"), ("cnn", "naive_int4"), ("lm", "fp32"), ("lm", "hot"),
+    ]  # fmt: skip
+    hot = rows[1]
+    assert hot["mean"] == pytest.approx(0.9667, abs=1e-4) and hot["seeds"] == [0, 1, 2]
+    assert hot["delta_vs_ref"] == pytest.approx(-2.0)  # accuracy points
+    targets = acc.evaluate_targets(rows)
+    cnn = next(t for t in targets if t["target"].startswith("cnn: HOT"))
+    assert not cnn["met"] and cnn["miss_by"] == pytest.approx(1.5)
+    assert next(t for t in targets if t["target"].startswith("lm: HOT"))["met"]
+    assert next(t for t in targets if "naive" in t["target"])["met"]
+    env = {"device": "cpu", "torch": "x", "python": "3", "date": "d", "seeds": [0, 1, 2],
+           "command": "c", "settings": acc.Settings().__dict__}  # fmt: skip
+    md = acc.markdown(rows, targets, env)
+    assert "| cnn | hot | accuracy | 96.67 ± 0.58 | -2.00 pt |" in md
+    assert "missed by 1.50" in md
