@@ -30,7 +30,6 @@ import collections
 import dataclasses
 import difflib
 import functools
-import importlib
 import json
 import operator
 import os
@@ -43,6 +42,7 @@ from typing import Any, TextIO
 import torch
 import torch.nn as nn
 
+from hotcompile.cliargs import load_factory, parse_input_spec, parse_option
 from hotcompile.config import HotConfig
 from hotcompile.passes import rewrite
 
@@ -1217,76 +1217,15 @@ def example_cnn() -> nn.Module:
 
 # --------------------------------------------------------------------------- CLI
 
-_DTYPES = {
-    "float32": torch.float32,
-    "f32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float64": torch.float64,
-    "int64": torch.int64,
-    "long": torch.int64,
-    "int32": torch.int32,
-}
-
-
-def parse_input_spec(spec: str) -> torch.Tensor:
-    """``2x3x32x32`` (float32, standard normal) or ``4x128:int64`` (token ids in [0, 100))."""
-    shape_s, _, dtype_s = spec.partition(":")
-    try:
-        shape = [int(s) for s in shape_s.lower().split("x") if s]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad --input {spec!r}: want e.g. 2x3x32x32") from None
-    if not shape or any(s <= 0 for s in shape):
-        raise argparse.ArgumentTypeError(f"bad --input {spec!r}: want positive sizes")
-    dtype = _DTYPES.get(dtype_s or "float32")
-    if dtype is None:
-        raise argparse.ArgumentTypeError(f"bad dtype in {spec!r}; one of {sorted(_DTYPES)}")
-    if dtype.is_floating_point:
-        return torch.randn(shape, dtype=dtype)
-    return torch.randint(0, 100, shape, dtype=dtype)
-
 
 def load_model(target: str, inputs: Sequence[torch.Tensor]) -> tuple[nn.Module, list[Any]]:
-    """``package.module:factory`` -> (model, example inputs).
-
-    The factory returns a module or ``(module, example_inputs)``; ``--input`` shapes, when
-    given, replace the factory's inputs.
-    """
-    mod_name, _, attr = target.partition(":")
-    if not mod_name or not attr:
-        raise SystemExit(f"model {target!r}: expected 'package.module:factory'")
-    sys.path.insert(0, os.getcwd())
-    try:
-        obj = importlib.import_module(mod_name)
-    finally:
-        sys.path.pop(0)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    made = obj() if callable(obj) and not isinstance(obj, nn.Module) else obj
-    example: list[Any] = []
-    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
-        made, ex = made
-        example = [ex] if isinstance(ex, torch.Tensor) else list(ex)
-    if not isinstance(made, nn.Module):
-        raise SystemExit(f"{target} returned {type(made).__name__}, not an nn.Module")
-    if inputs:
-        example = list(inputs)
+    """``package.module:factory`` -> (model, example inputs); ``--input`` shapes, when given,
+    replace the factory's inputs."""
+    made, example = load_factory(target)
+    example = list(inputs) or example or []
     if not example:
         raise SystemExit(f"{target} returned no example inputs: give --input SHAPE")
     return made, example
-
-
-def _parse_option(text: str) -> tuple[str, Any]:
-    import ast
-
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"--option {text!r}: expected KEY=VALUE")
-    try:
-        return key.strip(), ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return key.strip(), value
 
 
 def _run_cli(args: argparse.Namespace) -> int:
@@ -1354,7 +1293,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--option",
         "-o",
         action="append",
-        type=_parse_option,
+        type=parse_option,
         metavar="KEY=VALUE",
         help="a HotConfig option (repeatable), e.g. gx_bits=8 or exclude=\"('head',)\"",
     )

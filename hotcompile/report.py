@@ -28,6 +28,7 @@ import sympy
 import torch
 
 from hotcompile import cost
+from hotcompile.cliargs import load_factory, parse_input_spec, parse_option
 from hotcompile.config import HotConfig
 
 GIB = 1024**3
@@ -738,27 +739,7 @@ examples:
 
 
 def _parse_input(text: str) -> torch.Tensor:
-    shape, _, dtype = text.partition(":")
-    try:
-        dims = tuple(int(d) for d in shape.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad shape {text!r}: use e.g. 1x3x224x224") from None
-    dt = getattr(torch, dtype or "float32", None)
-    if not isinstance(dt, torch.dtype):
-        raise argparse.ArgumentTypeError(f"unknown dtype {dtype!r} in {text!r}")
-    return torch.empty(dims, dtype=dt, device="meta")
-
-
-def _parse_option(text: str) -> tuple[str, Any]:
-    import ast
-
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"bad option {text!r}: use KEY=VALUE")
-    try:
-        return key, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return key, value
+    return parse_input_spec(text, device="meta")
 
 
 def _load_model(args: argparse.Namespace) -> tuple[torch.nn.Module, Any]:
@@ -779,12 +760,7 @@ def _load_model(args: argparse.Namespace) -> tuple[torch.nn.Module, Any]:
             return transformers.AutoModel.from_config(cfg), None
         if not args.model or ":" not in args.model:
             raise SystemExit("give a model as package.module:factory (or --timm / --hf)")
-        module_name, _, attr = args.model.partition(":")
-        factory = getattr(importlib.import_module(module_name), attr)
-        made = factory()
-    if isinstance(made, tuple):
-        return made[0], made[1]
-    return made, None
+        return load_factory(args.model)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -856,7 +832,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--option",
         action="append",
-        type=_parse_option,
+        type=parse_option,
         metavar="KEY=VALUE",
         help="a HotConfig option, e.g. gx_bits=8 or exclude=('head',)",
     )
