@@ -51,6 +51,7 @@ import torch.nn.functional as F
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tools" / "results"
 QUICK_OUT = pathlib.Path(tempfile.gettempdir()) / "hotcompile_accuracy_quick"
+CACHE_DIR = pathlib.Path(tempfile.gettempdir()) / "hotcompile_accuracy_cache"
 
 # --------------------------------------------------------------------------------------------
 # variants
@@ -259,9 +260,9 @@ class Settings:
     """Sizes of one run of the whole experiment (``--quick`` shrinks them)."""
 
     cnn_epochs: int = 8
-    vit_epochs: int = 30
-    lm_steps: int = 300
-    lora_steps: int = 150
+    vit_epochs: int = 20
+    lm_steps: int = 200
+    lora_steps: int = 100
     lm_batch: int = 16
     lm_ctx: int = 128
     lm_dim: int = 128
@@ -495,13 +496,28 @@ def plan_jobs(tasks: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, str
     return jobs
 
 
+def _cache_file(cache: pathlib.Path | None, job: tuple, settings: Settings) -> pathlib.Path | None:
+    """Where one finished run is kept, keyed by its sizes, so an interrupted run resumes."""
+    if cache is None:
+        return None
+    key = hashlib.sha1(repr((settings, torch.__version__)).encode()).hexdigest()[:10]
+    return cache / f"{job[0]}_{job[1]}_s{job[2]}_{key}.pt"
+
+
 def run_all(
-    tasks: Sequence[str], seeds: Sequence[int], settings: Settings, jobs: int, progress: bool
+    tasks: Sequence[str],
+    seeds: Sequence[int],
+    settings: Settings,
+    jobs: int,
+    progress: bool,
+    cache: pathlib.Path | None = None,
 ) -> list[RunOutput]:
     """Run every job over ``jobs`` single-threaded worker processes (or in-process if 1).
 
     Small models use two cores far better as two independent runs than as one run with two
-    intra-op threads. Results do not depend on the scheduling: each run seeds itself.
+    intra-op threads. Results do not depend on the scheduling: each run seeds itself. Finished
+    runs are kept in ``cache`` (if given) and reused, since a shared CPU can stretch the full
+    run and an interruption should not cost the runs already done.
     """
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -515,7 +531,11 @@ def run_all(
     bar = tqdm(total=total, unit="step", desc="training", disable=not progress, smoothing=0.05)
     results: list[RunOutput] = []
 
-    def note(r: RunOutput) -> None:
+    def note(r: RunOutput, job: tuple | None = None) -> None:
+        path = _cache_file(cache, (r.task, r.variant, r.seed), settings)
+        if path is not None and job is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(r, path)
         results.append(r)
         bar.set_postfix_str(f"{r.task}/{r.variant}/s{r.seed}: {r.metric}={r.value:.4f}")
         if "lora" in tasks and r.task == "lm" and r.variant == "fp32":
@@ -530,11 +550,20 @@ def run_all(
     def keep(t: str, v: str) -> bool:
         return t == "lm" and v == "fp32"
 
+    def cached(job: tuple) -> bool:
+        path = _cache_file(cache, job, settings)
+        if path is None or not path.exists():
+            return False
+        note(torch.load(path, weights_only=False))
+        bar.update(planned_steps(job[0], settings))
+        return True
+
     if jobs <= 1:
         torch.set_flush_denormal(True)
         while pending:
             t, v, s, st = pending.pop(0)
-            note(run_one(t, v, s, settings, st, bar.update, keep(t, v)))
+            if not cached((t, v, s)):
+                note(run_one(t, v, s, settings, st, bar.update, keep(t, v)), (t, v, s))
     else:
         ctx = mp.get_context("spawn")
         queue = ctx.Manager().Queue()
@@ -543,14 +572,15 @@ def run_all(
             running = set()
             while pending or running:
                 while pending and len(running) < jobs:
-                    # prefer lora jobs (short) only after the long ones are out
                     t, v, s, st = pending.pop(0)
-                    running.add(ex.submit(_worker, (t, v, s, settings, st, keep(t, v))))
+                    if not cached((t, v, s)):
+                        running.add(ex.submit(_worker, (t, v, s, settings, st, keep(t, v))))
                 done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 while not queue.empty():
                     bar.update(queue.get())
                 for f in done:
-                    note(f.result())
+                    r = f.result()
+                    note(r, (r.task, r.variant, r.seed))
             while not queue.empty():
                 bar.update(queue.get())
     bar.close()
@@ -805,9 +835,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="parallel single-threaded worker processes (default: 2)")  # fmt: skip
     p.add_argument("--cnn-epochs", type=int, help="digits CNN epochs (default 8)")
-    p.add_argument("--vit-epochs", type=int, help="digits ViT epochs (default 30)")
-    p.add_argument("--lm-steps", type=int, help="LM training steps (default 300)")
-    p.add_argument("--lora-steps", type=int, help="LoRA fine-tuning steps (default 150)")
+    p.add_argument("--vit-epochs", type=int, help="digits ViT epochs (default 20)")
+    p.add_argument("--lm-steps", type=int, help="LM training steps (default 200)")
+    p.add_argument("--lora-steps", type=int, help="LoRA fine-tuning steps (default 100)")
+    p.add_argument("--cache", type=pathlib.Path, default=CACHE_DIR,
+                   help="finished runs are kept here and reused when the same sizes run again "
+                        "(default: a folder in the temp dir)")  # fmt: skip
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -830,7 +864,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out = QUICK_OUT if args.quick else DEFAULT_OUT
     torch.set_flush_denormal(True)
     t0 = time.perf_counter()
-    results = run_all(args.tasks, seeds, settings, args.jobs, not args.no_progress)
+    cache = None if args.no_cache else args.cache
+    results = run_all(args.tasks, seeds, settings, args.jobs, not args.no_progress, cache)
     rows = summarize(results)
     targets = evaluate_targets(rows)
     env = environment(settings, seeds, args.jobs)
