@@ -1,0 +1,411 @@
+"""Triton kernels of HOT's g_w path (HLA + INT8 quantize along L), and the CUDA implementations
+of ``abc_compress``, ``hla_grad_weight`` and ``hla_grad_weight_dense``.
+
+``hla_quantize`` reads ``x: [N, S, D]`` (an activation or g_y) once per pass and writes the
+codes of ``Q(T x)``, ``T = I ⊗ H_16`` restricted to the kept ``rows``: the HLA blocks of
+``hotcompile.hla.to_blocks`` (16 consecutive positions of one sample, or 4x4 patches of an
+H×W map when ``grid_w > 0``; zero-padded), the butterfly of ``hotcompile.hadamard.fwht_last``
+in float32, stage by stage in the same order (so the coefficients are bit-identical), then the
+per-tensor max-abs scale and the rounding of ``hotcompile.quant.quantize``.
+
+Per program: ``BLOCK_B`` HLA blocks × ``BLOCK_D`` channels. The 16 positions of a block are 16
+coalesced row loads (one ``[BLOCK_B, BLOCK_D]`` tile each), so the butterfly runs inside each
+thread on 16 register tiles: no shuffles, no layout conversions. Two launches, no host sync:
+the first reduces the max-abs of the kept coefficients into one int32 word (atomic max on the
+float's bits: NaN propagates), the second recomputes the coefficients and quantizes them.
+Codes come out either ``[R, D]`` (the layout ``abc_compress`` returns) or transposed,
+``[D, R]`` (K-major, what ``torch._int_mm`` takes for ``g̃qᵀ·x̃q``), with R = N·nb·r and row
+``(n·nb + b)·r + k`` holding coefficient ``rows[k]`` of block b of sample n.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hotcompile import numerics
+from hotcompile.hla import patch_side
+from hotcompile.quant import PSEUDO_BITS, qmax
+
+_FLT_MAX = tl.constexpr(3.4028234663852886e38)
+ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2}
+#: default program tile: BLOCK_B blocks × BLOCK_D channels (× 16 positions in registers)
+BLOCK_B = 8
+BLOCK_D = 64
+
+
+# ----------------------------------------------------------------------------- device code
+
+
+@triton.jit
+def _load_pos(
+    x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW,
+    P: tl.constexpr, PATCH: tl.constexpr,
+):  # fmt: skip
+    """Position P of each HLA block ``bidx`` (per sample): ``[BLOCK_B, BLOCK_D]`` float32."""
+    if PATCH:
+        hh = (bidx // NBW) * 4 + P // 4
+        ww = (bidx % NBW) * 4 + P % 4
+        ok = gmask & (hh < H) & (ww < W)
+        s = hh * W + ww
+    else:
+        s = bidx * 16 + P
+        ok = gmask & (s < S)
+    ptrs = x_ptr + base[:, None] + s.to(tl.int64)[:, None] * stride_s + d[None, :]
+    v = tl.load(ptrs, mask=ok[:, None] & dmask[None, :], other=0.0)
+    return v.to(tl.float32)
+
+
+@triton.jit
+def _bf(a, b):
+    return a + b, a - b
+
+
+@triton.jit
+def _pick(
+    y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15,
+    ROWS: tl.constexpr, K: tl.constexpr,
+):  # fmt: skip
+    """Coefficient ``rows[K]`` (ROWS packs the kept rows, 5 bits each; 16 = none: zeros)."""
+    J: tl.constexpr = (ROWS >> (5 * K)) & 31
+    if J == 0:
+        r = y0
+    elif J == 1:
+        r = y1
+    elif J == 2:
+        r = y2
+    elif J == 3:
+        r = y3
+    elif J == 4:
+        r = y4
+    elif J == 5:
+        r = y5
+    elif J == 6:
+        r = y6
+    elif J == 7:
+        r = y7
+    elif J == 8:
+        r = y8
+    elif J == 9:
+        r = y9
+    elif J == 10:
+        r = y10
+    elif J == 11:
+        r = y11
+    elif J == 12:
+        r = y12
+    elif J == 13:
+        r = y13
+    elif J == 14:
+        r = y14
+    elif J == 15:
+        r = y15
+    else:
+        r = y0 * 0.0
+    return r
+
+
+@triton.jit
+def _codes(x, s, offs, seed, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr):
+    """INT-grid codes (float32) of ``x / s`` with the rounding of ``hotcompile.quant``."""
+    ok = (s > 0.0) & (s <= _FLT_MAX)
+    safe = tl.where(ok, s, 1.0)
+    v = tl.math.div_rn(x, safe)  # IEEE division, like torch's x / s
+    v = tl.where(v != v, 0.0, v)
+    v = tl.where(v > _FLT_MAX, QMAX * 1.0, v)
+    v = tl.where(v < -_FLT_MAX, QMAX * -1.0, v)
+    a = tl.abs(v)
+    if ROUNDING == 0:
+        # round half to even: adding 2^23 leaves no fraction bits (a < 2^23)
+        r = tl.where(a < 8388608.0, (a + 8388608.0) - 8388608.0, a)
+    else:
+        fl = tl.floor(a)
+        frac = a - fl
+        if ROUNDING == 1:
+            f = tl.floor(frac * (1 << (2 * PM))).to(tl.int32)
+            up = (f >> PM) > (f & ((1 << PM) - 1))
+        else:
+            up = frac > tl.rand(seed, offs)
+        r = fl + up.to(tl.float32)
+    mag = tl.minimum(r, QMAX * 1.0)
+    return tl.where(v < 0.0, -mag, mag)
+
+
+@triton.jit
+def _ilv2(a, b):
+    return tl.join(a, b)
+
+
+@triton.jit
+def _hla_quant_kernel(
+    x_ptr, codes_ptr, scale_ptr, amax_ptr,
+    G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed,
+    MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr,
+    ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
+    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """MODE 1: max-abs of the kept coefficients into ``amax_ptr`` (atomic max on int bits).
+    MODE 2: quantize with the scale from ``amax_ptr``; codes ``[R, D]`` or (TRANS) ``[D, R]``."""
+    INV_Q: tl.constexpr = 1.0 / QMAX
+    pid_b = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    gmask = g < G
+    n = g // nb
+    bidx = g % nb
+    base = n.to(tl.int64) * stride_n
+    d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = d < D
+    a = (x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW)
+    y0 = _load_pos(*a, 0, PATCH)
+    y1 = _load_pos(*a, 1, PATCH)
+    y2 = _load_pos(*a, 2, PATCH)
+    y3 = _load_pos(*a, 3, PATCH)
+    y4 = _load_pos(*a, 4, PATCH)
+    y5 = _load_pos(*a, 5, PATCH)
+    y6 = _load_pos(*a, 6, PATCH)
+    y7 = _load_pos(*a, 7, PATCH)
+    y8 = _load_pos(*a, 8, PATCH)
+    y9 = _load_pos(*a, 9, PATCH)
+    y10 = _load_pos(*a, 10, PATCH)
+    y11 = _load_pos(*a, 11, PATCH)
+    y12 = _load_pos(*a, 12, PATCH)
+    y13 = _load_pos(*a, 13, PATCH)
+    y14 = _load_pos(*a, 14, PATCH)
+    y15 = _load_pos(*a, 15, PATCH)
+    # the stages of fwht_last: h = 1, 2, 4, 8; (j, j+h) -> (a+b, a-b)
+    y0, y1 = _bf(y0, y1)
+    y2, y3 = _bf(y2, y3)
+    y4, y5 = _bf(y4, y5)
+    y6, y7 = _bf(y6, y7)
+    y8, y9 = _bf(y8, y9)
+    y10, y11 = _bf(y10, y11)
+    y12, y13 = _bf(y12, y13)
+    y14, y15 = _bf(y14, y15)
+    y0, y2 = _bf(y0, y2)
+    y1, y3 = _bf(y1, y3)
+    y4, y6 = _bf(y4, y6)
+    y5, y7 = _bf(y5, y7)
+    y8, y10 = _bf(y8, y10)
+    y9, y11 = _bf(y9, y11)
+    y12, y14 = _bf(y12, y14)
+    y13, y15 = _bf(y13, y15)
+    y0, y4 = _bf(y0, y4)
+    y1, y5 = _bf(y1, y5)
+    y2, y6 = _bf(y2, y6)
+    y3, y7 = _bf(y3, y7)
+    y8, y12 = _bf(y8, y12)
+    y9, y13 = _bf(y9, y13)
+    y10, y14 = _bf(y10, y14)
+    y11, y15 = _bf(y11, y15)
+    y0, y8 = _bf(y0, y8)
+    y1, y9 = _bf(y1, y9)
+    y2, y10 = _bf(y2, y10)
+    y3, y11 = _bf(y3, y11)
+    y4, y12 = _bf(y4, y12)
+    y5, y13 = _bf(y5, y13)
+    y6, y14 = _bf(y6, y14)
+    y7, y15 = _bf(y7, y15)
+    ys = (y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15)
+    # the kept coefficients, slot k = rows[k], as one [BLOCK_B, BLOCK_D, RP] tile: joins
+    # interleave, so the leaves go in bit-reversed order
+    if RP == 1:
+        t = _pick(*ys, ROWS, 0)[:, :, None]
+    elif RP == 2:
+        t = _ilv2(_pick(*ys, ROWS, 0), _pick(*ys, ROWS, 1))
+    elif RP == 4:
+        t = _ilv2(
+            _ilv2(_pick(*ys, ROWS, 0), _pick(*ys, ROWS, 2)),
+            _ilv2(_pick(*ys, ROWS, 1), _pick(*ys, ROWS, 3)),
+        )
+    elif RP == 8:
+        t = _ilv2(
+            _ilv2(
+                _ilv2(_pick(*ys, ROWS, 0), _pick(*ys, ROWS, 4)),
+                _ilv2(_pick(*ys, ROWS, 2), _pick(*ys, ROWS, 6)),
+            ),
+            _ilv2(
+                _ilv2(_pick(*ys, ROWS, 1), _pick(*ys, ROWS, 5)),
+                _ilv2(_pick(*ys, ROWS, 3), _pick(*ys, ROWS, 7)),
+            ),
+        )
+    else:
+        t = _ilv2(
+            _ilv2(
+                _ilv2(
+                    _ilv2(_pick(*ys, ROWS, 0), _pick(*ys, ROWS, 8)),
+                    _ilv2(_pick(*ys, ROWS, 4), _pick(*ys, ROWS, 12)),
+                ),
+                _ilv2(
+                    _ilv2(_pick(*ys, ROWS, 2), _pick(*ys, ROWS, 10)),
+                    _ilv2(_pick(*ys, ROWS, 6), _pick(*ys, ROWS, 14)),
+                ),
+            ),
+            _ilv2(
+                _ilv2(
+                    _ilv2(_pick(*ys, ROWS, 1), _pick(*ys, ROWS, 9)),
+                    _ilv2(_pick(*ys, ROWS, 5), _pick(*ys, ROWS, 13)),
+                ),
+                _ilv2(
+                    _ilv2(_pick(*ys, ROWS, 3), _pick(*ys, ROWS, 11)),
+                    _ilv2(_pick(*ys, ROWS, 7), _pick(*ys, ROWS, 15)),
+                ),
+            ),
+        )
+    t = tl.reshape(t, [BLOCK_B, BLOCK_D, RP])
+    if MODE == 1:
+        # padded slots and masked positions hold zeros: they never raise the max
+        bits = tl.abs(t).to(tl.int32, bitcast=True)
+        tl.atomic_max(amax_ptr, tl.max(tl.max(tl.max(bits, axis=2), axis=1), axis=0))
+    else:
+        amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
+        scale = amax * INV_Q
+        if (pid_b == 0) & (pid_d == 0):
+            tl.store(scale_ptr, scale)
+        k = tl.arange(0, RP)
+        row = g[:, None, None] * NR + k[None, None, :]  # [BLOCK_B, 1, RP]
+        mask = gmask[:, None, None] & dmask[None, :, None] & (k < NR)[None, None, :]
+        if TRANS:
+            offs = d[None, :, None].to(tl.int64) * R + row
+        else:
+            offs = row.to(tl.int64) * D + d[None, :, None]
+        c = _codes(t, scale, offs.to(tl.int32), seed, ROUNDING, QMAX, PM)
+        tl.store(codes_ptr + offs, c.to(tl.int8), mask=mask)
+
+
+# ----------------------------------------------------------------------------- host code
+
+
+def hla_rows_count(S: int, grid_w: int) -> tuple[int, int, int, int]:
+    """(nb, H, W, NBW) of ``to_blocks`` for a sample of S positions (16-blocks)."""
+    if grid_w:
+        H, W = S // grid_w, grid_w
+        nbw = (W + 3) // 4
+        return ((H + 3) // 4) * nbw, H, W, nbw
+    return (S + 15) // 16, 0, 0, 1
+
+
+def supported(x: torch.Tensor, grid_w: int, rows, block: int, bits: int, rounding: str) -> bool:
+    """Whether ``hla_quantize`` takes this case (else the callers run the reference)."""
+    return (
+        block == 16
+        and 0 < len(rows) <= 16
+        and all(0 <= int(j) < 16 for j in rows)
+        and bits in (4, 8)
+        and rounding in ROUNDINGS
+        and x.dim() == 3
+        and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and x.numel() > 0
+        and (grid_w == 0 or (grid_w > 0 and x.shape[1] % grid_w == 0 and patch_side(block) == 4))
+    )
+
+
+def hla_quantize(
+    x: torch.Tensor,
+    grid_w: int,
+    rows,
+    bits: int,
+    rounding: str,
+    transposed: bool = True,
+    block_b: int = BLOCK_B,
+    block_d: int = BLOCK_D,
+    num_warps: int = 4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused ``quantize(hla_transform(x, grid_w, rows), bits, False, rounding)`` on CUDA.
+
+    Returns ``(codes int8, scale float32 [1])``; codes are ``[D, R]`` when ``transposed``
+    (K-major for the weight-gradient GEMM), else ``[R, D]`` like the reference.
+    """
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    N, S, D = x.shape
+    nb, H, W, nbw = hla_rows_count(S, grid_w)
+    nr = len(rows)
+    rp = triton.next_power_of_2(nr)
+    G = N * nb
+    R = G * nr
+    packed = 0
+    for k in range(rp):
+        packed |= (int(rows[k]) if k < nr else 16) << (5 * k)
+    codes = torch.empty((D, R) if transposed else (R, D), dtype=torch.int8, device=x.device)
+    scale = torch.empty((1,), dtype=torch.float32, device=x.device)
+    amax = torch.zeros((1,), dtype=torch.int32, device=x.device)
+    seed = int(torch.randint(0, 2**31 - 1, ())) if rounding == "stochastic" else 0
+    block_d = min(block_d, triton.next_power_of_2(D))
+    grid = (triton.cdiv(G, block_b), triton.cdiv(D, block_d))
+    args = (x, codes, scale, amax, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1), seed)
+    common = dict(
+        TRANS=transposed,
+        PATCH=grid_w > 0,
+        ROWS=packed,
+        NR=nr,
+        RP=rp,
+        ROUNDING=ROUNDINGS[rounding],
+        QMAX=qmax(bits),
+        PM=PSEUDO_BITS[bits],
+        BLOCK_B=block_b,
+        BLOCK_D=block_d,
+        num_warps=num_warps,
+    )
+    _hla_quant_kernel[grid](*args, MODE=1, **common)
+    _hla_quant_kernel[grid](*args, MODE=2, **common)
+    return codes, scale
+
+
+def _int_gemm_tn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a·bᵀ`` (int8 K-major operands, int32 out): ``torch._int_mm`` where it takes the shape,
+    else the ``int_gemm`` op (float64 accumulation, exact)."""
+    M, K = a.shape
+    N = b.shape[0]
+    if M > 16 and K > 0 and K % 8 == 0 and N % 8 == 0:
+        return torch._int_mm(a, b.t())
+    return torch.ops.hotcompile.int_gemm(a, b)
+
+
+def _ref(name: str, *args):
+    from hotcompile import ops
+
+    return getattr(ops, name)._init_fn(*args)
+
+
+def abc_compress_cuda(x, grid_w, rows, block, bits, rounding):
+    """CUDA ``hotcompile::abc_compress``: codes ``[R, D]`` int8 and the fp32 scale, as the
+    reference returns them (bit-identical for nearest and pseudo_stochastic)."""
+    if not supported(x, grid_w, rows, block, bits, rounding):
+        return _ref("abc_compress", x, grid_w, rows, block, bits, rounding)
+    return hla_quantize(x, grid_w, rows, bits, rounding, transposed=False)
+
+
+def _gw(gqt, sg, xqt, sx, block, layer, check):
+    if check:
+        numerics.check_scale(sg, layer, "g_w")
+    acc = _int_gemm_tn(gqt, xqt).to(torch.float32)
+    return acc * (sg * sx / block)
+
+
+def hla_grad_weight_cuda(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check):
+    """CUDA ``hotcompile::hla_grad_weight``: fused HLA + quantize of g_y written K-major, then
+    the INT8 GEMM ``g̃qᵀ·x̃q`` (int32) and the reference's dequantization ``s_g·s_x/16``."""
+    args = (gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check)
+    if not supported(gy, grid_w, rows, block, bits, rounding) or xq.dim() != 2:
+        return _ref("hla_grad_weight", *args)
+    gqt, sg = hla_quantize(gy, grid_w, rows, bits, rounding, transposed=True)
+    if gqt.shape[1] != xq.shape[0]:
+        raise ValueError(f"hla_grad_weight: {gqt.shape[1]} HLA rows of g_y, xq has {xq.shape[0]}")
+    return _gw(gqt, sg, xq.t().contiguous(), sx, block, layer, check)
+
+
+def hla_grad_weight_dense_cuda(gy, x, grid_w, rows, block, bits, rounding, layer, check):
+    """CUDA ``hotcompile::hla_grad_weight_dense``: both operands through the fused kernel,
+    both written K-major (no transpose copy)."""
+    args = (gy, x, grid_w, rows, block, bits, rounding, layer, check)
+    if not (
+        supported(gy, grid_w, rows, block, bits, rounding)
+        and supported(x, grid_w, rows, block, bits, rounding)
+    ):
+        return _ref("hla_grad_weight_dense", *args)
+    xqt, sx = hla_quantize(x, grid_w, rows, bits, rounding, transposed=True)
+    gqt, sg = hla_quantize(gy, grid_w, rows, bits, rounding, transposed=True)
+    return _gw(gqt, sg, xqt, sx, block, layer, check)

@@ -1,0 +1,234 @@
+"""Triton kernels of the g_w path (hotcompile.kernels.hla_triton) against the reference.
+
+Needs CUDA and Triton. Run on a GPU machine: ``python -m pytest tests/test_kernels_hla_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from hotcompile.hla import hla_transform
+from hotcompile.quant import quantize
+
+pytestmark = [pytest.mark.gpu]
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+from torch.utils._triton import has_triton  # noqa: E402
+
+if not has_triton():
+    pytest.skip("needs Triton", allow_module_level=True)
+
+from hotcompile import kernels, numerics  # noqa: E402
+from hotcompile import ops as hops  # noqa: E402
+from hotcompile.kernels import hla_triton  # noqa: E402
+
+ops = torch.ops.hotcompile
+LP_L1 = [0, 2, 3, 8, 10, 11, 12, 14]
+ROW_SETS = [LP_L1, [0, 1, 2, 3, 4, 5], list(range(16)), [15, 3, 7]]
+# N, S, D, grid_w
+SHAPES = [(2, 197, 768, 0), (3, 37, 40, 0), (4, 64, 96, 0), (2, 196, 64, 14), (2, 35, 24, 7)]
+
+
+def _x(N, S, D, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(N, S, D, generator=g) * torch.rand(N, S, 1, generator=g).add(0.1) * 3
+    x[..., D // 3] *= 20  # an outlier channel
+    return x.to(dtype)
+
+
+def _ref(x, grid_w, rows, bits, rounding):
+    return quantize(hla_transform(x.cpu(), grid_w, tuple(rows)), bits, False, rounding)
+
+
+@pytest.mark.parametrize(
+    "N,S,D,grid_w,rows",
+    [s + (LP_L1,) for s in SHAPES] + [SHAPES[1] + (r,) for r in ROW_SETS[1:]]
+    + [SHAPES[4] + (ROW_SETS[3],)],
+)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rounding", ["nearest", "pseudo_stochastic"])
+def test_hla_quantize_bit_exact(N, S, D, grid_w, rows, dtype, rounding):
+    x = _x(N, S, D, dtype, seed=N * S + D)
+    for bits in (8, 4) if rows is LP_L1 else (8,):
+        rc, rs = _ref(x, grid_w, rows, bits, rounding)
+        for trans in (True, False):
+            c, s = hla_triton.hla_quantize(x.cuda(), grid_w, rows, bits, rounding, trans)
+            c = (c.t() if trans else c).cpu()
+            assert torch.equal(c, rc), (bits, trans, (c != rc).sum().item())
+            assert torch.equal(s.cpu(), rs), (bits, trans)
+
+
+@pytest.mark.parametrize("block_b,block_d,warps", [(4, 128, 4), (16, 32, 4), (2, 256, 8)])
+def test_other_tiles_bit_exact(block_b, block_d, warps):
+    x = _x(3, 100, 200, torch.bfloat16, seed=3)
+    rc, rs = _ref(x, 0, LP_L1, 8, "pseudo_stochastic")
+    c, s = hla_triton.hla_quantize(
+        x.cuda(), 0, LP_L1, 8, "pseudo_stochastic", True, block_b, block_d, warps
+    )
+    assert torch.equal(c.t().cpu(), rc) and torch.equal(s.cpu(), rs)
+
+
+def test_strided_input():
+    base = _x(2, 70, 96, torch.float32, seed=5)
+    x = base.cuda()[:, 3:, :80]  # rows and samples strided, last dim contiguous
+    rc, rs = _ref(x, 0, LP_L1, 8, "nearest")
+    c, s = hla_triton.hla_quantize(x, 0, LP_L1, 8, "nearest", False)
+    assert torch.equal(c.cpu(), rc) and torch.equal(s.cpu(), rs)
+
+
+def test_registered_as_cuda_kernels():
+    assert kernels.register()
+    calls = []
+    orig = hla_triton.hla_quantize
+
+    def counting(*a, **k):
+        calls.append(1)
+        return orig(*a, **k)
+
+    hla_triton.hla_quantize = counting
+    try:
+        x = torch.randn(2, 32, 64, device="cuda")
+        xq, sx = ops.abc_compress(x, 0, LP_L1, 16, 8, "nearest")
+        ops.hla_grad_weight(x, xq, sx, 0, LP_L1, 16, 8, "nearest", "l", False)
+        ops.hla_grad_weight_dense(x, x, 0, LP_L1, 16, 8, "nearest", "l", False)
+    finally:
+        hla_triton.hla_quantize = orig
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize("N,S,D,grid_w", SHAPES)
+@pytest.mark.parametrize("rounding", ["nearest", "pseudo_stochastic"])
+def test_abc_compress_matches_cpu(N, S, D, grid_w, rounding):
+    kernels.register()
+    x = _x(N, S, D, torch.bfloat16, seed=S)
+    a = ops.abc_compress(x, grid_w, LP_L1, 16, 8, rounding)
+    b = ops.abc_compress(x.cuda(), grid_w, LP_L1, 16, 8, rounding)
+    assert b[0].shape == a[0].shape and b[0].dtype == torch.int8
+    assert torch.equal(a[0], b[0].cpu()) and torch.equal(a[1], b[1].cpu())
+    # no HLA rows: the reference runs (plain per-tensor quantize)
+    a = ops.abc_compress(x, grid_w, [], 16, 8, rounding)
+    b = ops.abc_compress(x.cuda(), grid_w, [], 16, 8, rounding)
+    assert torch.equal(a[0], b[0].cpu()) and torch.equal(a[1], b[1].cpu())
+
+
+# N, S, O, I, grid_w: _int_mm shapes, M <= 16 and I % 8 != 0 (fallbacks), a patch geometry
+GW_SHAPES = [
+    (4, 197, 256, 128, 0),
+    (2, 100, 2304, 768, 0),
+    (2, 40, 12, 64, 0),
+    (2, 40, 64, 20, 0),
+    (2, 196, 64, 96, 14),
+]
+
+
+@pytest.mark.parametrize("N,S,O,I,grid_w", GW_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rounding", ["nearest", "pseudo_stochastic"])
+def test_hla_grad_weight_matches_reference(N, S, O, I, grid_w, dtype, rounding):
+    kernels.register()
+    gy = (_x(N, S, O, torch.float32, seed=O) * 1e-3).to(dtype).cuda()
+    x = _x(N, S, I, dtype, seed=I).cuda()
+    xq, sx = hops.abc_compress._init_fn(x, grid_w, LP_L1, 16, 8, rounding)
+    args = (grid_w, LP_L1, 16, 8, rounding, "l", False)
+    ref = hops.hla_grad_weight._init_fn(gy, xq, sx, *args)
+    out = ops.hla_grad_weight(gy, xq, sx, *args)
+    assert out.dtype == torch.float32 and out.shape == (O, I)
+    # integer GEMM exact, the same dequantization: equal up to fp32 rounding of the product
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=0)
+    dense = ops.hla_grad_weight_dense(gy, x, *args)
+    torch.testing.assert_close(dense, ref, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("which", ["gy", "x"])
+def test_nan_propagates(which):
+    kernels.register()
+    numerics.reset()
+    gy = torch.randn(2, 64, 96, device="cuda")
+    x = torch.randn(2, 64, 128, device="cuda")
+    (gy if which == "gy" else x)[1, 7, 5] = float("nan")
+    xq, sx = ops.abc_compress(x, 0, LP_L1, 16, 8, "nearest")
+    assert sx.isnan().all() == (which == "x")
+    out = ops.hla_grad_weight(gy, xq, sx, 0, LP_L1, 16, 8, "nearest", "nanlayer", True)
+    assert out.isnan().all()
+    if which == "gy":
+        assert "nanlayer" in numerics.nonfinite_layers()
+    c, s = hla_triton.hla_quantize(x.clone().fill_(float("inf")), 0, LP_L1, 8, "nearest")
+    assert not s.isfinite().any()  # inf - inf in the butterfly: NaN
+    numerics.reset()
+
+
+def test_stochastic_is_unbiased():
+    x = _x(2, 64, 64, torch.float32, seed=9).cuda()
+    t = hla_transform(x, 0, tuple(LP_L1))
+    draws = []
+    for _ in range(200):
+        c, s = hla_triton.hla_quantize(x, 0, LP_L1, 4, "stochastic", False)
+        draws.append(c.float() * s)
+    d = torch.stack(draws)
+    bias = d.mean(0) - t
+    se = d.std(0) / 200**0.5 + 1e-12
+    z = bias[se > 1e-9] / se[se > 1e-9]
+    assert z.mean().abs() < 0.1 and z.abs().mean() < 1.0
+    assert not torch.equal(draws[0], draws[1])
+
+
+def _disabled(flag):
+    stack = contextlib.ExitStack()
+    for op in (hops.hq_grad_input, hops.abc_compress, hops.hla_grad_weight,
+               hops.hla_grad_weight_dense):  # fmt: skip
+        stack.enter_context(op.set_kernel_enabled("cuda", flag))
+    return stack
+
+
+@pytest.mark.parametrize("abc", [True, False])
+def test_training_step_under_torch_compile_matches_reference(abc):
+    """torch.compile(backend="hot") on CUDA, bf16 autocast, HLA g_w with and without ABC: the
+    gradients through the kernels equal those of the reference path up to the g_x path's bf16
+    rounding; an AdamW step from them stays finite and close."""
+    import hotcompile  # noqa: F401
+
+    kernels.register()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    m = m.cuda()
+    x = torch.randn(8, 40, 64, device="cuda")
+    m(x).pow(2).mean().backward()
+    exact = [p.grad.clone() for p in m.parameters()]
+    c = torch.compile(m, backend="hot", options={"abc": abc})
+    calls = []
+    orig = hla_triton.hla_quantize
+
+    def counting(*a, **k):
+        calls.append(1)
+        return orig(*a, **k)
+
+    grads = {}
+    for impl in ("triton", "reference"):
+        m.zero_grad()
+        hla_triton.hla_quantize = counting
+        try:
+            with _disabled(impl == "triton"), torch.autocast("cuda", torch.bfloat16):
+                c(x).float().pow(2).mean().backward()
+        finally:
+            hla_triton.hla_quantize = orig
+        grads[impl] = [p.grad.clone() for p in m.parameters()]
+        if impl == "triton":
+            n_triton = len(calls)
+            assert n_triton >= 2  # g_y, and x or its ABC compression
+    assert len(calls) == n_triton
+    names = [n for n, _ in m.named_parameters()]
+    for n, g, r, e in zip(names, grads["triton"], grads["reference"], exact):
+        assert g.isfinite().all(), n
+        rel = ((g.double() - r.double()).norm() / r.double().norm()).item()
+        assert rel < 2e-2, (n, rel)
+        assert ((g.double() - e.double()).norm() / e.double().norm()).item() < 1.0, n
+    # the last layer's weight: same g_y, same x in both runs -> the same codes, exact GEMM
+    torch.testing.assert_close(grads["triton"][2], grads["reference"][2], rtol=1e-6, atol=0)
+    opt = torch.optim.AdamW(m.parameters(), 1e-3)
+    for p, g in zip(m.parameters(), grads["triton"]):
+        p.grad = g
+    opt.step()
+    assert all(p.isfinite().all() for p in m.parameters())
