@@ -478,29 +478,41 @@ def planned_steps(task: str, settings: Settings) -> int:
 
 
 def plan_jobs(tasks: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, str, int]]:
-    """Every (task, variant, seed) to train, the slow HOT runs first for load balance.
+    """Every (task, variant, seed) to train: the LM first (its FP32 runs unlock LoRA), then
+    the digits models.
 
     ``lora`` runs are not listed: each starts when its seed's FP32 ``lm`` run has finished
     (its weights are the frozen base), which is therefore always scheduled when lora is asked.
     """
     jobs = []
     need_lm_fp32 = "lora" in tasks and "lm" not in tasks
-    for task in ("lm", "vit", "cnn"):
+    for task in ("lm", "cnn", "vit"):
         if task in tasks or (task == "lm" and need_lm_fp32):
             names = variants_for(task) if task in tasks else {"fp32": None}
             for seed in seeds:
                 jobs += [(task, v, seed) for v in names]
-    # lm fp32 first (it unlocks lora), then the longest runs
-    order = {"lm": 0, "vit": 1, "cnn": 2}
-    jobs.sort(key=lambda j: (j[1] != "fp32" or j[0] != "lm", order[j[0]], j[2]))
+    # lm fp32 first (it unlocks lora)
+    jobs.sort(key=lambda j: (j[1] != "fp32" or j[0] != "lm", _PRIORITY[j[0]], j[2]))
     return jobs
+
+
+_LM_FIELDS = ("lm_steps", "lm_batch", "lm_ctx", "lm_dim", "lm_depth", "val_windows", "text_bytes")
+#: the settings each task's result depends on (LoRA's base is the lm run)
+_TASK_FIELDS = {
+    "cnn": ("cnn_epochs",),
+    "vit": ("vit_epochs",),
+    "lm": _LM_FIELDS,
+    "lora": _LM_FIELDS + ("lora_steps",),
+}
+_PRIORITY = {"lm": 0, "lora": 1, "cnn": 2, "vit": 3}
 
 
 def _cache_file(cache: pathlib.Path | None, job: tuple, settings: Settings) -> pathlib.Path | None:
     """Where one finished run is kept, keyed by its sizes, so an interrupted run resumes."""
     if cache is None:
         return None
-    key = hashlib.sha1(repr((settings, torch.__version__)).encode()).hexdigest()[:10]
+    sizes = {f: getattr(settings, f) for f in _TASK_FIELDS[job[0]] + ("log_every",)}
+    key = hashlib.sha1(repr((sizes, torch.__version__)).encode()).hexdigest()[:10]
     return cache / f"{job[0]}_{job[1]}_s{job[2]}_{key}.pt"
 
 
@@ -511,13 +523,15 @@ def run_all(
     jobs: int,
     progress: bool,
     cache: pathlib.Path | None = None,
+    report_only: bool = False,
 ) -> list[RunOutput]:
     """Run every job over ``jobs`` single-threaded worker processes (or in-process if 1).
 
     Small models use two cores far better as two independent runs than as one run with two
     intra-op threads. Results do not depend on the scheduling: each run seeds itself. Finished
     runs are kept in ``cache`` (if given) and reused, since a shared CPU can stretch the full
-    run and an interruption should not cost the runs already done.
+    run and an interruption should not cost the runs already done. ``report_only`` trains
+    nothing and returns the cached runs (a partial report while a long run goes on).
     """
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -541,6 +555,7 @@ def run_all(
         if "lora" in tasks and r.task == "lm" and r.variant == "fp32":
             for v in LORA_VARIANTS:
                 pending.append(("lora", v, r.seed, r.state))
+            pending.sort(key=lambda j: _PRIORITY[j[0]])  # stable: LoRA right after the LM runs
         r.state = None
 
     pending: list[tuple] = []
@@ -558,7 +573,10 @@ def run_all(
         bar.update(planned_steps(job[0], settings))
         return True
 
-    if jobs <= 1:
+    if report_only:
+        while pending:
+            cached(pending.pop(0)[:3])
+    elif jobs <= 1:
         torch.set_flush_denormal(True)
         while pending:
             t, v, s, st = pending.pop(0)
@@ -842,6 +860,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="finished runs are kept here and reused when the same sizes run again "
                         "(default: a folder in the temp dir)")  # fmt: skip
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: report the runs in --cache so far")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -865,7 +885,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_flush_denormal(True)
     t0 = time.perf_counter()
     cache = None if args.no_cache else args.cache
-    results = run_all(args.tasks, seeds, settings, args.jobs, not args.no_progress, cache)
+    results = run_all(
+        args.tasks, seeds, settings, args.jobs, not args.no_progress, cache, args.report_only
+    )
     rows = summarize(results)
     targets = evaluate_targets(rows)
     env = environment(settings, seeds, args.jobs)
