@@ -381,8 +381,9 @@ def abc_compress_cuda(x, grid_w, rows, block, bits, rounding):
 def _gw(gqt, sg, xqt, sx, block, layer, check):
     if check:
         numerics.check_scale(sg, layer, "g_w")
-    acc = _int_gemm_tn(gqt, xqt).to(torch.float32)
-    return acc * (sg * sx / block)
+    # int32 × fp32 [1] promotes to fp32 in one pass: each int32 is converted to fp32, then
+    # multiplied, exactly the reference's ``acc.to(float32) * s`` without the extra pass
+    return _int_gemm_tn(gqt, xqt) * (sg * sx / block)
 
 
 def hla_grad_weight_cuda(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check):
