@@ -359,22 +359,13 @@ for _name, _args in AUTOCAST_DATA_ARGS.items():
     _register_autocast(_name, _args)
 
 
-def _lazy_cuda_kernel(op) -> None:
-    """Register a CUDA stub: the first CUDA call of any such op imports ``hotcompile.kernels``,
-    whose ``register()`` replaces the stubs with the Triton implementations (CUDA and Triton
-    present); otherwise the reference runs. Keeps ``import hotcompile`` free of CUDA/Triton."""
-    name = op._name.split("::")[-1]
-
-    @op.register_kernel("cuda")
-    def _stub(*args):
-        try:
-            from hotcompile import kernels
-        except ImportError:  # a build without hotcompile.kernels
-            kernels = None
-        if kernels is not None and kernels.register():
-            return kernels.CUDA_IMPLS[name](*args)
-        return op._init_fn(*args)
-
-
-for _o in (hq_grad_input, abc_compress, hla_grad_weight, hla_grad_weight_dense):
-    _lazy_cuda_kernel(_o)
+@hq_grad_input.register_kernel("cuda")
+def _hq_grad_input_cuda(*args, **kwargs):
+    """First CUDA call: register the Triton kernels (they replace this), else the reference."""
+    try:
+        from hotcompile import kernels
+    except ImportError:  # a build without hotcompile.kernels
+        kernels = None
+    if kernels is not None and kernels.register():
+        return kernels.hq_triton.hq_grad_input_cuda(*args, **kwargs)
+    return hq_grad_input._init_fn(*args, **kwargs)

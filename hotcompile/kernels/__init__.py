@@ -9,8 +9,6 @@ from __future__ import annotations
 import torch
 
 REGISTERED = False
-#: op name -> its CUDA implementation, filled by ``register()``
-CUDA_IMPLS: dict = {}
 
 
 def available() -> bool:
@@ -28,14 +26,12 @@ def register() -> bool:
         from hotcompile.kernels import hla_triton
         from hotcompile.kernels.hq_triton import hq_grad_input_cuda
 
-        CUDA_IMPLS.update(
-            hq_grad_input=hq_grad_input_cuda,
-            abc_compress=hla_triton.abc_compress_cuda,
-            hla_grad_weight=hla_triton.hla_grad_weight_cuda,
-            hla_grad_weight_dense=hla_triton.hla_grad_weight_dense_cuda,
-        )
-        for name, impl in CUDA_IMPLS.items():
-            getattr(ops, name).register_kernel("cuda")(impl)
+        ops.hq_grad_input.register_kernel("cuda")(hq_grad_input_cuda)
+        # the g_w path (HLA + INT8); ops.py has no CUDA stub for these: they switch to the
+        # kernels once anything has called register() (the first CUDA hq_grad_input does)
+        ops.abc_compress.register_kernel("cuda")(hla_triton.abc_compress_cuda)
+        ops.hla_grad_weight.register_kernel("cuda")(hla_triton.hla_grad_weight_cuda)
+        ops.hla_grad_weight_dense.register_kernel("cuda")(hla_triton.hla_grad_weight_dense_cuda)
         REGISTERED = True
     return REGISTERED
 
