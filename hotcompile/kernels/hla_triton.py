@@ -26,6 +26,7 @@ import triton.language as tl
 
 from hotcompile import numerics
 from hotcompile.hla import patch_side
+from hotcompile.kernels.rounding import codes
 from hotcompile.quant import PSEUDO_BITS, qmax
 
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
@@ -104,32 +105,6 @@ def _pick(
     else:
         r = y0 * 0.0
     return r
-
-
-@triton.jit
-def _codes(x, s, offs, seed, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr):
-    """INT-grid codes (float32) of ``x / s`` with the rounding of ``hotcompile.quant``."""
-    ok = (s > 0.0) & (s <= _FLT_MAX)
-    safe = tl.where(ok, s, 1.0)
-    v = tl.math.div_rn(x, safe)  # IEEE division, like torch's x / s
-    v = tl.where(v != v, 0.0, v)
-    v = tl.where(v > _FLT_MAX, QMAX * 1.0, v)
-    v = tl.where(v < -_FLT_MAX, QMAX * -1.0, v)
-    a = tl.abs(v)
-    if ROUNDING == 0:
-        # round half to even: adding 2^23 leaves no fraction bits (a < 2^23)
-        r = tl.where(a < 8388608.0, (a + 8388608.0) - 8388608.0, a)
-    else:
-        fl = tl.floor(a)
-        frac = a - fl
-        if ROUNDING == 1:
-            f = tl.floor(frac * (1 << (2 * PM))).to(tl.int32)
-            up = (f >> PM) > (f & ((1 << PM) - 1))
-        else:
-            up = frac > tl.rand(seed, offs)
-        r = fl + up.to(tl.float32)
-    mag = tl.minimum(r, QMAX * 1.0)
-    return tl.where(v < 0.0, -mag, mag)
 
 
 @triton.jit
@@ -271,7 +246,7 @@ def _hla_quant_kernel(
             offs = d[None, :, None].to(tl.int64) * R + row
         else:
             offs = row.to(tl.int64) * D + d[None, :, None]
-        c = _codes(t, scale, offs.to(tl.int32), seed, ROUNDING, QMAX, PM)
+        c = codes(t, scale, offs.to(tl.int32), seed, ROUNDING, QMAX, PM)
         tl.store(codes_ptr + offs, c.to(tl.int8), mask=mask)
 
 

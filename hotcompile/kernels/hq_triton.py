@@ -25,6 +25,7 @@ import triton.language as tl
 
 from hotcompile import lqs, numerics
 from hotcompile.hadamard import padded
+from hotcompile.kernels.rounding import codes
 from hotcompile.quant import PSEUDO_BITS, qmax
 
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
@@ -74,28 +75,8 @@ def _quant_store(
     x, s, codes_ptr, stride_c, rows, rows64, cols, L_OUT, O_PAD, seed,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
 ):  # fmt: skip
-    ok = (s > 0.0) & (s <= _FLT_MAX)
-    safe = tl.where(ok, s, 1.0)
-    v = tl.math.div_rn(x, safe)  # IEEE division, like torch's x / s
-    v = tl.where(v != v, 0.0, v)
-    v = tl.where(v > _FLT_MAX, QMAX * 1.0, v)
-    v = tl.where(v < -_FLT_MAX, QMAX * -1.0, v)
-    a = tl.abs(v)
-    if ROUNDING == 0:
-        # round half to even: adding 2^23 leaves no fraction bits (a < 2^23); larger a are integers
-        r = tl.where(a < 8388608.0, (a + 8388608.0) - 8388608.0, a)
-    else:
-        fl = tl.floor(a)
-        frac = a - fl
-        if ROUNDING == 1:
-            f = tl.floor(frac * (1 << (2 * PM))).to(tl.int32)
-            up = (f >> PM) > (f & ((1 << PM) - 1))
-        else:
-            offs = rows[:, None] * O_PAD + cols[None, :]
-            up = frac > tl.rand(seed, offs)
-        r = fl + up.to(tl.float32)
-    mag = tl.minimum(r, QMAX * 1.0)
-    code = tl.where(v < 0.0, -mag, mag)
+    offs = rows[:, None] * O_PAD + cols[None, :]
+    code = codes(x, s, offs, seed, ROUNDING, QMAX, PM)
     mask = (rows < L_OUT)[:, None] & (cols < O_PAD)[None, :]
     ptrs = codes_ptr + rows64[:, None] * stride_c + cols[None, :]
     tl.store(ptrs, code.to(codes_ptr.dtype.element_ty), mask=mask)

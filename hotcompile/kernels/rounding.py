@@ -1,0 +1,36 @@
+"""The rounding of ``hotcompile.quant`` as one Triton helper, shared by every quantize kernel.
+
+Bit-exactness with the reference hinges on these few lines (IEEE division by the scale,
+round-half-even, NITI's pseudo-stochastic rule), so they exist once.
+"""
+
+import triton
+import triton.language as tl
+
+_FLT_MAX = tl.constexpr(3.4028234663852886e38)
+
+
+@triton.jit
+def codes(x, s, offs, seed, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr):
+    """INT-grid codes (float32) of ``x / s`` with the rounding of ``hotcompile.quant``."""
+    ok = (s > 0.0) & (s <= _FLT_MAX)
+    safe = tl.where(ok, s, 1.0)
+    v = tl.math.div_rn(x, safe)  # IEEE division, like torch's x / s
+    v = tl.where(v != v, 0.0, v)
+    v = tl.where(v > _FLT_MAX, QMAX * 1.0, v)
+    v = tl.where(v < -_FLT_MAX, QMAX * -1.0, v)
+    a = tl.abs(v)
+    if ROUNDING == 0:
+        # round half to even: adding 2^23 leaves no fraction bits (a < 2^23)
+        r = tl.where(a < 8388608.0, (a + 8388608.0) - 8388608.0, a)
+    else:
+        fl = tl.floor(a)
+        frac = a - fl
+        if ROUNDING == 1:
+            f = tl.floor(frac * (1 << (2 * PM))).to(tl.int32)
+            up = (f >> PM) > (f & ((1 << PM) - 1))
+        else:
+            up = frac > tl.rand(seed, offs)
+        r = fl + up.to(tl.float32)
+    mag = tl.minimum(r, QMAX * 1.0)
+    return tl.where(v < 0.0, -mag, mag)
