@@ -65,6 +65,20 @@ class LayerSpec:
         return self.block if self.hadamard else 1
 
     @property
+    def hq_args(self) -> tuple:
+        """The trailing arguments of the HQ ops (``hq_grad_input``, ``hq_conv_grad_input``)."""
+        return (
+            self.gx_bits,
+            self.gx_scaling,
+            self.rounding,
+            self.weight_scale,
+            self.gx_block,
+            self.name,
+            self.lqs_key,
+            self.check,
+        )
+
+    @property
     def gx_quantized(self) -> bool:
         return not self.exact and self.gx_bits is not None
 
@@ -135,18 +149,7 @@ def _input_grad(spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor) -> torch.T
     """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact."""
     if not spec.gx_quantized:
         return gy2 @ w2.to(gy2.dtype)
-    return ops.hq_grad_input(
-        gy2,
-        w2,
-        spec.gx_bits,
-        spec.gx_scaling,
-        spec.rounding,
-        spec.weight_scale,
-        spec.gx_block,
-        spec.name,
-        spec.lqs_key,
-        spec.check,
-    )
+    return ops.hq_grad_input(gy2, w2, *spec.hq_args)
 
 
 class HotLinearFunction(torch.autograd.Function):
@@ -244,14 +247,7 @@ class HotConv2dFunction(torch.autograd.Function):
                     list(spec.stride),
                     list(spec.padding),
                     list(spec.dilation),
-                    spec.gx_bits,
-                    spec.gx_scaling,
-                    spec.rounding,
-                    spec.weight_scale,
-                    spec.gx_block,
-                    spec.name,
-                    spec.lqs_key,
-                    spec.check,
+                    *spec.hq_args,
                 )
             gx = gx.to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:

@@ -54,9 +54,11 @@ class DigitsCNN(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, mlp: int):
+    """Pre-norm transformer block (SDPA attention, GELU MLP); ``causal`` for decoders."""
+
+    def __init__(self, dim: int, heads: int, mlp: int, causal: bool = False):
         super().__init__()
-        self.heads = heads
+        self.heads, self.causal = heads, causal
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -65,7 +67,8 @@ class Block(nn.Module):
     def forward(self, x):
         B, N, D = x.shape
         q, k, v = self.qkv(self.ln1(x)).reshape(B, N, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, N, D)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        a = a.transpose(1, 2).reshape(B, N, D)
         x = x + self.proj(a)
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 

@@ -107,6 +107,21 @@ def reset() -> None:
         _STATES.clear()
 
 
+def resolve(key: str, scaling: str, gy: torch.Tensor, bits: int, block: int) -> tuple[str, int]:
+    """The quantizer and bits of one HQ call (every implementation of the op starts here).
+
+    ``scaling="lqs"`` consults the layer's state (``"exact"`` while it calibrates); a non-empty
+    ``key`` also counts the step for the warm-up. Without a key, ``"lqs"`` is an error.
+    """
+    if key:
+        if scaling == "lqs":
+            return step_scaling(key, gy, bits, block)
+        return scaling, step_bits(key, bits)
+    if scaling == "lqs":
+        raise ValueError("hq_grad_input: scaling='lqs' needs the layer's LQS key")
+    return scaling, bits
+
+
 def step_scaling(key: str, gy: torch.Tensor, bits: int, block: int) -> tuple[str, int]:
     """Called by the HQ ops on every backward of an LQS layer.
 

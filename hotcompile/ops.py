@@ -174,15 +174,9 @@ def hq_grad_input(
     the layer calibrates, the exact product is returned and both errors are recorded. A
     non-empty ``key`` also applies the precision warm-up.
     """
-    if key:
-        if scaling == "lqs":
-            scaling, bits = lqs.step_scaling(key, gy, bits, block)
-            if scaling == "exact":
-                return gy @ w.to(gy.dtype)
-        else:
-            bits = lqs.step_bits(key, bits)
-    elif scaling == "lqs":
-        raise ValueError("hq_grad_input: scaling='lqs' needs the layer's LQS key")
+    scaling, bits = lqs.resolve(key, scaling, gy, bits, block)
+    if scaling == "exact":  # LQS is calibrating this layer
+        return gy @ w.to(gy.dtype)
     per_token = scaling == "per_token"
     g_hat = block_hadamard(gy, 1, block)
     w_hat = block_hadamard(w, 0, block)

@@ -48,6 +48,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hotcompile.demo import Block
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tools" / "results"
 QUICK_OUT = pathlib.Path(tempfile.gettempdir()) / "hotcompile_accuracy_quick"
@@ -178,25 +180,6 @@ def val_windows(text: torch.Tensor, ctx: int, n: int) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 
 
-class LMBlock(nn.Module):
-    """Pre-norm transformer block with causal SDPA; its four linears are what HOT rewrites."""
-
-    def __init__(self, dim: int, heads: int, mlp: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.fc1, self.fc2 = nn.Linear(dim, mlp), nn.Linear(mlp, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, N, D = x.shape
-        q, k, v = self.qkv(self.ln1(x)).reshape(B, N, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(B, N, D))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-
 class ByteLM(nn.Module):
     """Decoder-only byte LM: embedding, learned positions, ``depth`` blocks, linear head.
 
@@ -209,7 +192,7 @@ class ByteLM(nn.Module):
         self.ctx = ctx
         self.emb = nn.Embedding(256, dim)
         self.pos = nn.Parameter(torch.randn(1, ctx, dim) * 0.02)
-        self.blocks = nn.ModuleList(LMBlock(dim, heads, 4 * dim) for _ in range(depth))
+        self.blocks = nn.ModuleList(Block(dim, heads, 4 * dim, causal=True) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, 256, bias=False)
 

@@ -281,16 +281,10 @@ def hq_grad_input_cuda(
     shapes: int8 codes and ``torch._int_mm`` (the reference's ``int_gemm``). Block sizes other
     than 16 and unknown roundings fall back to the reference.
     """
-    # LQS / warm-up preamble: the same calls as the reference, once per call
-    if key:
-        if scaling == "lqs":
-            scaling, bits = lqs.step_scaling(key, gy, bits, block)
-            if scaling == "exact":
-                return gy @ w.to(gy.dtype)
-        else:
-            bits = lqs.step_bits(key, bits)
-    elif scaling == "lqs":
-        raise ValueError("hq_grad_input: scaling='lqs' needs the layer's LQS key")
+    # LQS / warm-up: the same call as the reference, once per call
+    scaling, bits = lqs.resolve(key, scaling, gy, bits, block)
+    if scaling == "exact":  # LQS is calibrating this layer
+        return gy @ w.to(gy.dtype)
     args = (bits, scaling, rounding, weight_scale, block, layer, "", check)
     if block != 16 or rounding not in ROUNDINGS or gy.dim() != 2 or w.dim() != 2:
         return _reference(gy, w, *args)
