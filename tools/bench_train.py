@@ -230,9 +230,12 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
 }
 
 
-def compile_variant(module: nn.Module, variant: str, compiler: str) -> nn.Module:
+def compile_variant(
+    module: nn.Module, variant: str, compiler: str, extra: dict[str, Any] | None = None
+) -> nn.Module:
     """``torch.compile(module)`` or ``torch.compile(module, backend="hot", options=...)``.
 
+    ``extra`` (``--hot-options``) adds hotcompile options to every hot variant.
     ``compiler="aot_eager"`` (the --quick default on CPU) swaps inductor's code generation out
     on both sides (plain: ``aot_eager_decomp_partition``; hot: ``options={"compiler":
     "aot_eager"}``): the same decompositions, partitioner and saved tensors, no C++/Triton
@@ -243,16 +246,22 @@ def compile_variant(module: nn.Module, variant: str, compiler: str) -> nn.Module
         if compiler == "inductor":
             return torch.compile(module)
         return torch.compile(module, backend="aot_eager_decomp_partition")
-    opts = dict(options)
+    return torch.compile(module, backend="hot", options=hot_options(variant, compiler, extra))
+
+
+def hot_options(variant: str, compiler: str, extra: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``options`` dict a hot variant compiles with (recorded in the JSON)."""
+    opts = {**(VARIANTS[variant] or {}), **(extra or {})}
     if compiler != "inductor":
         opts["compiler"] = compiler
-    return torch.compile(module, backend="hot", options=opts)
+    return opts
 
 
-def warmup_steps_needed(requested: int) -> int:
+def warmup_steps_needed(requested: int, extra: dict[str, Any] | None = None) -> int:
     """Warm-up long enough to compile (step 1), finish LQS calibration and HOT's INT8 warm-up
-    (``HotConfig`` defaults), plus one steady step: timed steps then run the final quantizers."""
-    cfg = HotConfig()
+    (``HotConfig`` with ``extra``), plus one steady step: timed steps then run the final
+    quantizers, as in a long training run."""
+    cfg = HotConfig.from_options(extra)
     return max(requested, cfg.lqs_calibration_steps + cfg.warmup_steps + 2)
 
 
@@ -319,8 +328,10 @@ def run_variant(
     compiler: str,
     seed: int,
     progress: bool,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build a fresh model (same seed: same init), compile it, warm up, time ``steps`` steps."""
+    t_variant = time.perf_counter()
     torch._dynamo.reset()
     hotcompile.clear_plans()
     torch.manual_seed(seed)
@@ -328,7 +339,7 @@ def run_variant(
     module = WithLoss(model)
     gen = torch.Generator().manual_seed(seed + 1)
     x, y = (t.to(device) for t in spec.batch(batch, quick, gen))
-    compiled = compile_variant(module, variant, compiler)
+    compiled = compile_variant(module, variant, compiler, extra)
     opt, fused = _fused_adamw(list(module.parameters()), device)
     cuda = device.type == "cuda"
     losses: list[float] = []
@@ -403,7 +414,9 @@ def run_variant(
         "fused_adamw": fused,
         "params": sum(p.numel() for p in module.parameters()),
     }
+    result["variant_s"] = time.perf_counter() - t_variant
     if VARIANTS[variant] is not None:
+        result["hot_options"] = hot_options(variant, compiler, extra)
         layers = {(p.name, p.path) for p in plans}
         result["hot_layers"] = sorted({n for n, path in layers if path != "skipped"})
         result["skipped_layers"] = sorted({n for n, path in layers if path == "skipped"})
@@ -640,6 +653,12 @@ def build_parser() -> argparse.ArgumentParser:
         "aot_eager, same partitioner and saved tensors, no C++/Triton compile)",
     )
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    ap.add_argument(
+        "--hot-options",
+        default=None,
+        help='extra hotcompile options (JSON) for the hot variants, e.g. \'{"exclude": '
+        '["model.head"]}\' or \'{"gx_bits": 8}\'',
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
     return ap
@@ -659,7 +678,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     compiler = a.compiler or ("aot_eager" if a.quick else "inductor")
     steps = a.steps or (3 if a.quick else 10)
-    warmup = warmup_steps_needed(a.warmup)
+    extra = json.loads(a.hot_options) if a.hot_options else None
+    HotConfig.from_options(extra)  # fail now, naming the valid options, not per variant
+    warmup = warmup_steps_needed(a.warmup, extra)
     batches = _parse_batch(a.batch, names)
     torch.set_float32_matmul_precision("high")
     try:
@@ -688,7 +709,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "saved_act_ratio_max": TARGET_SAVED_RATIO,
             "peak_memory_ratio_max": TARGET_PEAK_RATIO,
         },
-        "hot_config": HotConfig().to_options() | {"plan": None},
+        "hot_config": HotConfig.from_options(extra).to_options() | {"plan": None},
         "models": [],
     }
     t_start = time.perf_counter()
@@ -714,6 +735,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     compiler,
                     a.seed,
                     not a.no_progress,
+                    extra,
                 )
             except Exception as e:  # noqa: BLE001 - recorded, the other variants still run
                 entry["variants"][variant] = {
