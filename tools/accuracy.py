@@ -23,6 +23,12 @@ Variants: ``fp32`` (plain compile), ``bf16`` (plain compile under CPU bf16 autoc
 g_w: only the g_x path is approximated), ``naive_int4`` (per-tensor INT4 on both backward paths,
 no Hadamard, no HLA). LoRA variants: ``lora`` (plain), ``lora_hot_base`` (HOT on the frozen base
 only, which gets only the g_x path), ``lora_hot_all`` (HOT on the adapters too).
+
+``--gpu-lm`` is a separate mode for a CUDA GPU (issue 5): the same byte LM scaled up to ~32 M
+parameters, a fixed budget of ~10 M training bytes, HOT vs plain compile both under bf16
+autocast (plus the exact-g_w ablation), validation loss every few steps; it writes its own
+result set ``accuracy_gpu_lm.{md,json}`` and ``accuracy_gpu_lm_curves.png``. See
+:class:`GpuLMSettings` for the sizes and the time budget.
 """
 
 from __future__ import annotations
@@ -84,26 +90,33 @@ def variants_for(task: str) -> dict[str, dict[str, Any] | None]:
 
 
 def compile_variant(
-    model: nn.Module, variant: str, options: dict[str, Any] | None
+    model: nn.Module, variant: str, options: dict[str, Any] | None, compiler: str = "aot_eager"
 ) -> tuple[Callable, Any]:
     """``torch.compile`` the model for one variant.
 
-    Plain variants use ``aot_eager_decomp_partition`` and HOT ones ``compiler="aot_eager"``:
-    both run inductor's decompositions and min-cut partitioner without code generation, so the
-    graphs are those inductor would get, at a fraction of the CPU compile time. Returns the
-    compiled callable and the HotBackend (None for plain variants), whose plan is recorded.
+    With ``compiler="aot_eager"`` (the CPU study) plain variants use
+    ``aot_eager_decomp_partition`` and HOT ones ``compiler="aot_eager"``: both run inductor's
+    decompositions and min-cut partitioner without code generation, so the graphs are those
+    inductor would get, at a fraction of the CPU compile time. ``compiler="inductor"`` (the GPU
+    LM) is the real thing on both sides: plain ``torch.compile`` vs ``backend="hot"``. Returns
+    the compiled callable and the HotBackend (None for plain variants), whose plan is recorded.
     """
     if options is None:
-        return torch.compile(model, backend="aot_eager_decomp_partition"), None
+        plain = "aot_eager_decomp_partition" if compiler == "aot_eager" else compiler
+        return torch.compile(model, backend=plain), None
     from hotcompile import HotBackend
 
-    backend = HotBackend(compiler="aot_eager", **options)
+    backend = HotBackend(compiler=compiler, **options)
     return torch.compile(model, backend=backend), backend
 
 
-def autocast_for(variant: str):
-    """bf16 autocast for the ``bf16`` variant (training and evaluation), a no-op otherwise."""
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "bf16")
+def autocast_for(variant: str, device_type: str = "cpu", always: bool = False):
+    """bf16 autocast for the ``bf16`` variant (training and evaluation), a no-op otherwise.
+
+    ``always`` turns it on for every variant: the GPU LM compares HOT and plain compile both
+    under bf16 autocast, the way a GPU user trains.
+    """
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=always or variant == "bf16")
 
 
 # --------------------------------------------------------------------------------------------
@@ -337,18 +350,34 @@ def _lm_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def lm_val_loss(model: nn.Module, windows: torch.Tensor, variant: str = "fp32") -> float:
+def lm_val_loss(
+    model: nn.Module, windows: torch.Tensor, variant: str = "fp32", always_bf16: bool = False
+) -> float:
     """Mean next-byte cross-entropy (nats/byte) over fixed validation windows.
 
     Evaluated on the eager module: HOT leaves the forward untouched, so this equals the
-    compiled forward and saves an inference compile per run.
+    compiled forward and saves an inference compile per run. Runs on the model's device
+    (windows are moved there chunk by chunk) and sums on it, so a GPU evaluation syncs once.
     """
+    was_training = model.training
     model.eval()
-    total = 0.0
-    with autocast_for(variant):
+    device = next(model.parameters()).device
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    with autocast_for(variant, device.type, always_bf16):
         for chunk in windows.split(64):
-            total += _lm_loss(model(chunk[:, :-1]), chunk[:, 1:]).item() * len(chunk)
-    return total / len(windows)
+            chunk = chunk.to(device, non_blocking=True)
+            total += _lm_loss(model(chunk[:, :-1]), chunk[:, 1:]).double() * len(chunk)
+    model.train(was_training)
+    return total.item() / len(windows)
+
+
+def layer_plan(backend: Any) -> list[dict[str, str]]:
+    """HOT's per-layer plan, one entry per layer (recompiles repeat layers), as strings."""
+    seen: dict[str, Any] = {}
+    for p in backend.layers:
+        d = p.describe()
+        seen.setdefault(d["layer"], d)
+    return [{k: str(v) for k, v in d.items()} for d in seen.values()]
 
 
 def run_one(
@@ -411,11 +440,7 @@ def run_one(
         value = lm_val_loss(model, val, variant)
         extra["train_bytes"], extra["val_bytes"] = len(train_text), len(val) * s.lm_ctx
     if backend is not None:
-        seen: dict[str, Any] = {}
-        for p in backend.layers:
-            d = p.describe()
-            seen.setdefault(d["layer"], d)
-        extra["plan"] = [{k: str(v) for k, v in d.items()} for d in seen.values()]
+        extra["plan"] = layer_plan(backend)
     state = None
     if keep_state:
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -785,6 +810,505 @@ def plot_curves(results: Sequence[RunOutput], path: pathlib.Path, log_every: int
 
 
 # --------------------------------------------------------------------------------------------
+# the scaled-up LM on a GPU (issue 5): HOT vs bf16 at ~32 M parameters
+# --------------------------------------------------------------------------------------------
+
+GPU_LM_TASK = "lm_gpu"
+#: variants of the GPU LM, all under bf16 autocast: plain compile is the reference
+GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
+    "bf16": None,
+    "hot": VARIANTS["hot"],
+    "hot_exact_gw": VARIANTS["hot_exact_gw"],
+}
+GPU_LM_REFERENCE = "bf16"
+GPU_LM_STEM = "accuracy_gpu_lm"
+
+
+@dataclass
+class GpuLMSettings:
+    """Sizes of the scaled-up LM (issue 5); ``--quick`` shrinks them to a CPU smoke test.
+
+    The defaults give a 31.9 M-parameter decoder (dim 512, 10 blocks of 8 heads, 512-byte
+    context) trained on 600 × 32 × 512 = 9.8 M bytes, about one pass over the stdlib's library
+    code. Budget, conservatively: ~0.22 GFLOP per trained byte (6 · params plus attention) is
+    2.2 PFLOP, ~20 s at an effective 100 TFLOP/s for bf16; HOT's backward runs at ~0.4-0.5× of
+    bf16's on an H200 (``bench_layers.md``) and is launch-bound at this width, so ~40-70 s,
+    plus ~30-60 s of inductor compile per variant: each variant ≤ ~100 s, three ≤ ~5 min.
+    A batch of 32 windows (16 K bytes) rather than one sized to fill the H200's memory keeps
+    the step count (600) meaningful for a fixed token budget; memory is not the limit here.
+    """
+
+    dim: int = 512
+    depth: int = 10
+    heads: int = 8
+    ctx: int = 512
+    batch: int = 32
+    steps: int = 600
+    lr: float = 1e-3
+    warmup: int = 30
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    eval_every: int = 50
+    val_windows: int = 512
+    text_bytes: int | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Training bytes seen by each run: the fixed token budget."""
+        return self.steps * self.batch * self.ctx
+
+
+def gpu_lm_quick_settings() -> GpuLMSettings:
+    """A CPU-sized smoke test of the GPU-LM code path: seconds, numbers meaningless."""
+    return GpuLMSettings(
+        dim=32, depth=1, heads=2, ctx=32, batch=4, steps=8, warmup=2, eval_every=4,
+        val_windows=8, text_bytes=200_000,
+    )  # fmt: skip
+
+
+def lr_factor(step: int, s: GpuLMSettings) -> float:
+    """Linear warm-up over ``s.warmup`` steps, then cosine decay to ``s.min_lr_ratio``."""
+    if step < s.warmup:
+        return (step + 1) / s.warmup
+    t = (step - s.warmup) / max(1, s.steps - s.warmup)
+    return s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+_TEXT_CACHE: dict[tuple[str, str, int | None], torch.Tensor] = {}
+
+
+def _cached_text(domain: str, split: str, max_bytes: int | None) -> torch.Tensor:
+    """``load_text`` once per process: every variant and seed trains on the same bytes."""
+    key = (domain, split, max_bytes)
+    if key not in _TEXT_CACHE:
+        _TEXT_CACHE[key] = load_text(domain, split, max_bytes)
+    return _TEXT_CACHE[key]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_gpu_lm_one(
+    variant: str,
+    seed: int,
+    s: GpuLMSettings,
+    device: torch.device,
+    compiler: str,
+    tick: Callable[[int], None] = lambda n: None,
+) -> RunOutput:
+    """Train one (variant, seed) of the scaled-up LM; validation loss every ``eval_every`` steps.
+
+    The weights are initialised on the CPU from the seed and the batches come from the same
+    CPU generator as the CPU study, so every variant (and every device) starts from the same
+    weights and sees the same bytes. The loss is accumulated on the device and read only at
+    evaluation points, so the GPU is never stalled by a per-step ``.item()``. Timing: the
+    first 3 steps (compile, LQS calibration, autotuning) are reported apart from the steady
+    state; evaluation time is excluded from both.
+    """
+    torch._dynamo.reset()
+    options = GPU_LM_VARIANTS[variant]
+    t0 = time.perf_counter()
+    train_text = _cached_text("lib", "train", s.text_bytes)
+    val = val_windows(_cached_text("lib", "val", s.text_bytes), s.ctx, s.val_windows)
+    torch.manual_seed(seed)
+    model = ByteLM(s.dim, s.depth, s.heads, s.ctx).to(device)
+    compiled, backend = compile_variant(model, variant, options, compiler)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=s.lr, betas=(0.9, 0.95), weight_decay=s.weight_decay,
+        fused=True if device.type == "cuda" else None,
+    )  # fmt: skip
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_factor(i, s))
+    gen = torch.Generator().manual_seed(seed)
+    it = batches(train_text, s.ctx, s.batch, gen)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    val_steps, val_curve, train_curve = [0], [lm_val_loss(model, val, variant, True)], []
+    loss_sum = torch.zeros((), device=device)
+    n_window, eval_s, warm_s, warm = 0, 0.0, 0.0, min(3, s.steps)
+    _sync(device)
+    start = time.perf_counter()
+    model.train()
+    for step in range(s.steps):
+        x, y = next(it)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast_for(variant, device.type, always=True):
+            loss = _lm_loss(compiled(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        loss_sum += loss.detach()
+        n_window += 1
+        tick(1)
+        if step + 1 == warm:
+            _sync(device)
+            warm_s = time.perf_counter() - start - eval_s
+        if (step + 1) % s.eval_every == 0 or step == s.steps - 1:
+            train_curve.append(loss_sum.item() / n_window)  # syncs
+            loss_sum.zero_()
+            n_window = 0
+            t_eval = time.perf_counter()
+            val_curve.append(lm_val_loss(model, val, variant, True))
+            val_steps.append(step + 1)
+            eval_s += time.perf_counter() - t_eval
+    _sync(device)
+    train_s = time.perf_counter() - start - eval_s
+    steady_s = train_s - warm_s
+    steady_tokens = (s.steps - warm) * s.batch * s.ctx
+    extra: dict[str, Any] = {
+        "params": sum(p.numel() for p in model.parameters()),
+        "tokens": s.tokens,
+        "val_steps": val_steps,
+        "train_curve": train_curve,
+        "warmup_steps_s": warm_s,
+        "train_s": train_s,
+        "eval_s": eval_s,
+        "steady_tokens_per_s": steady_tokens / steady_s if steady_s > 0 else None,
+        "train_bytes": len(train_text),
+        "val_bytes": len(val) * s.ctx,
+        "compiler": compiler,
+    }
+    if device.type == "cuda":
+        extra["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    if backend is not None:
+        extra["plan"] = layer_plan(backend)
+    seconds = time.perf_counter() - t0
+    del model, compiled, opt
+    torch._dynamo.reset()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return RunOutput(
+        GPU_LM_TASK, variant, seed, "val_loss", val_curve[-1], val_curve, seconds, s.steps, extra
+    )
+
+
+def gpu_lm_device_name(device: torch.device) -> str:
+    """The device in words, for the table's provenance."""
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
+    return f"CPU: {_cpu_model()} ({os.cpu_count()} logical cores)"
+
+
+def gpu_lm_environment(s: GpuLMSettings, device: torch.device, compiler: str) -> dict[str, Any]:
+    """Where and how the GPU-LM numbers were measured; previous runs merge only if it matches."""
+    return {
+        "device": gpu_lm_device_name(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+        "compiler": compiler,
+        "settings": {**s.__dict__, "tokens": s.tokens},
+        "command": "python3 tools/" + " ".join([pathlib.Path(sys.argv[0]).name, *sys.argv[1:]]),
+    }
+
+
+def _runs_json(results: Sequence[RunOutput]) -> list[dict[str, Any]]:
+    return [
+        {"task": r.task, "variant": r.variant, "seed": r.seed, "metric": r.metric,
+         "value": r.value, "steps": r.steps, "seconds": r.seconds, "curve": r.curve,
+         "extra": r.extra}
+        for r in sorted(results, key=lambda r: (list(GPU_LM_VARIANTS).index(r.variant), r.seed))
+    ]  # fmt: skip
+
+
+def load_previous_gpu_lm(path: pathlib.Path, env: dict[str, Any]) -> list[RunOutput]:
+    """Runs of an earlier invocation in ``path`` measured with the same sizes, device and torch.
+
+    This is what makes the result set grow by appending: e.g. ``--variants hot_exact_gw`` or
+    more seeds later, within the device's per-command time limit, land in the same table.
+    """
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    old = doc.get("environment", {})
+    if any(old.get(k) != env[k] for k in ("device", "torch", "settings", "compiler")):
+        return []
+    return [
+        RunOutput(r["task"], r["variant"], r["seed"], r["metric"], r["value"], r["curve"],
+                  r["seconds"], r["steps"], r["extra"])
+        for r in doc.get("runs", []) if r.get("variant") in GPU_LM_VARIANTS
+    ]  # fmt: skip
+
+
+def summarize_gpu_lm(results: Sequence[RunOutput]) -> list[dict[str, Any]]:
+    """One row per variant: val loss mean ± std over seeds, Δ vs bf16, size and wall times."""
+    rows: list[dict[str, Any]] = []
+    for variant in GPU_LM_VARIANTS:
+        rs = sorted((r for r in results if r.variant == variant), key=lambda r: r.seed)
+        if not rs:
+            continue
+        vals = [r.value for r in rs]
+        tps = [r.extra.get("steady_tokens_per_s") for r in rs]
+        rows.append(
+            {
+                "task": GPU_LM_TASK,
+                "variant": variant,
+                "metric": "val_loss",
+                "mean": statistics.fmean(vals),
+                "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+                "seeds": [r.seed for r in rs],
+                "values": vals,
+                "steps": rs[0].steps,
+                "params": rs[0].extra["params"],
+                "tokens": rs[0].extra["tokens"],
+                "wall_s": statistics.fmean(r.seconds for r in rs),
+                "warmup_steps_s": statistics.fmean(r.extra["warmup_steps_s"] for r in rs),
+                "train_s": statistics.fmean(r.extra["train_s"] for r in rs),
+                "steady_tokens_per_s": statistics.fmean(tps) if None not in tps else None,
+                "peak_mem_gib": rs[0].extra.get("peak_mem_gib"),
+            }
+        )
+    ref = next((r for r in rows if r["variant"] == GPU_LM_REFERENCE), None)
+    for row in rows:
+        if ref is not None:
+            row["delta_vs_ref"] = 100 * (row["mean"] / ref["mean"] - 1)
+    return rows
+
+
+def gpu_lm_targets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 5's target (HOT within 2% of bf16's validation loss), and the same for the
+    exact-g_w ablation, which says whether a miss comes from HLA."""
+    ref = next((r for r in rows if r["variant"] == GPU_LM_REFERENCE), None)
+    out = []
+    for row in rows:
+        if ref is None or row["variant"] == GPU_LM_REFERENCE:
+            continue
+        rel = row["delta_vs_ref"]
+        out.append({"target": f"lm_gpu: {row['variant']} validation loss within 2% of bf16",
+                    "measured": f"{row['variant']} {rel:+.2f}% vs bf16", "met": rel <= 2.0,
+                    "miss_by": max(0.0, rel - 2.0)})  # fmt: skip
+    return out
+
+
+def markdown_gpu_lm(
+    rows: Sequence[dict[str, Any]], targets: Sequence[dict], env: dict, skipped: Sequence[str]
+) -> str:
+    """The GPU-LM table with its provenance (device, torch, date, sizes) and the target."""
+    s = env["settings"]
+    params = rows[0]["params"] if rows else 0
+
+    def opt(v: float | None, fmt: str) -> str:
+        return "–" if v is None else format(v, fmt)
+
+    lines = [
+        "# Scaled-up byte LM: HOT vs bf16 (issue 5)",
+        "",
+        "Generated by `tools/accuracy.py --gpu-lm`; do not edit by hand.",
+        "",
+        f"- device: {env['device']}; torch {env['torch']}, Python {env['python']}; compiler "
+        f"{env['compiler']}",
+        f"- date: {env['date']}; command: `{env['command']}`",
+        f"- model: byte-level decoder, {params:,} parameters (dim {s['dim']}, "
+        f"{s['depth']} blocks `hotcompile.demo.Block(causal=True)`, {s['heads']} heads, "
+        f"context {s['ctx']}), every variant under bf16 autocast",
+        f"- training: {s['steps']} steps × {s['batch']} × {s['ctx']} bytes = "
+        f"{s['tokens']:,} bytes of the stdlib's library code; AdamW (0.9, 0.95), lr "
+        f"{s['lr']:g}, {s['warmup']} warm-up steps, cosine to {s['min_lr_ratio']:g}×, weight "
+        f"decay {s['weight_decay']:g}",
+        f"- validation: {s['val_windows']} fixed windows of held-out stdlib files (split by "
+        f"file), every {s['eval_every']} steps",
+        "",
+        "val_loss in nats/byte (lower is better); Δ: relative % vs bf16. wall: the whole run "
+        "(compile, training, evaluations); first 3 steps: compile + LQS calibration; tokens/s: "
+        "steady state after those.",
+        "",
+        "| variant | val_loss mean ± std | Δ vs bf16 | per seed | wall s | first 3 steps s | "
+        "tokens/s | peak GiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        d = "ref" if r["variant"] == GPU_LM_REFERENCE else opt(r.get("delta_vs_ref"), "+.2f")
+        d += "%" if d not in ("ref", "–") else ""
+        per_seed = ", ".join(f"{v:.4f}" for v in r["values"])
+        lines.append(
+            f"| {r['variant']} | {r['mean']:.4f} ± {r['std']:.4f} | {d} | {per_seed} | "
+            f"{r['wall_s']:.1f} | {r['warmup_steps_s']:.1f} | "
+            f"{opt(r['steady_tokens_per_s'], ',.0f')} | {opt(r['peak_mem_gib'], '.1f')} |"
+        )
+    if targets:
+        lines += ["", "## Target", "", "| target | measured | met |", "|---|---|---|"]
+        for t in targets:
+            miss = f" (missed by {t['miss_by']:.2f})" if t["miss_by"] else ""
+            lines.append(f"| {t['target']} | {t['measured']} | "
+                         f"{'yes' if t['met'] else 'no' + miss} |")  # fmt: skip
+    if skipped:
+        lines += ["", f"Not run (the `--deadline` would have been passed): {', '.join(skipped)}."]
+    lines += ["", f"Curves: `{GPU_LM_STEM}_curves.png` (validation loss vs step)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_gpu_lm(results: Sequence[RunOutput], path: pathlib.Path) -> bool:
+    """Validation loss vs step per variant (mean over seeds), and its gap to bf16 in %.
+
+    Returns False (and writes nothing) where matplotlib is missing: the table and JSON are
+    the result, the picture a convenience.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    means: dict[str, tuple[list[int], list[float]]] = {}
+    for variant in GPU_LM_VARIANTS:
+        rs = [r for r in results if r.variant == variant]
+        if rs:
+            n = min(len(r.curve) for r in rs)
+            steps = rs[0].extra["val_steps"][:n]
+            means[variant] = (steps, [statistics.fmean(r.curve[i] for r in rs) for i in range(n)])
+    fig, (ax, gap) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ref = means.get(GPU_LM_REFERENCE)
+    for i, (variant, (steps, curve)) in enumerate(means.items()):
+        style = {"marker": ".", "label": variant, "lw": 1.3, "color": f"C{i}"}
+        ax.plot(steps[1:], curve[1:], **style)  # step 0 (~ln 256 for all) would flatten it
+        if ref is not None and variant != GPU_LM_REFERENCE:
+            n = min(len(curve), len(ref[1]))
+            rel = [100 * (curve[i] / ref[1][i] - 1) for i in range(1, n)]
+            gap.plot(steps[1:n], rel, **style)
+    ax.set(title="byte LM on GPU: validation loss", xlabel="step", ylabel="val loss (nats/byte)")
+    gap.axhline(2.0, color="gray", ls="--", lw=0.8, label="2% target")
+    gap.axhline(0.0, color="black", lw=0.6)
+    gap.set(title="gap to bf16", xlabel="step", ylabel="val loss vs bf16 (%)")
+    for a in (ax, gap):
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_gpu_lm(
+    out: pathlib.Path, results: Sequence[RunOutput], env: dict[str, Any], skipped: Sequence[str]
+) -> None:
+    """Write ``accuracy_gpu_lm.{json,md}`` and the curves; called after every run, so a run
+    cut short by the device's time limit still leaves the finished variants behind."""
+    rows = summarize_gpu_lm(results)
+    targets = gpu_lm_targets(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{GPU_LM_STEM}.md").write_text(markdown_gpu_lm(rows, targets, env, skipped))
+    doc = {"environment": env, "rows": rows, "targets": targets, "skipped": list(skipped),
+           "runs": _runs_json(results)}  # fmt: skip
+    (out / f"{GPU_LM_STEM}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    plot_gpu_lm(results, out / f"{GPU_LM_STEM}_curves.png")
+
+
+class _Bar:
+    """tqdm if installed, else a silent stand-in (the per-run lines are printed anyway)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+
+                self.bar = tqdm(total=total, unit="step", desc="gpu-lm", dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def update(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def describe(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description_str(text)
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_gpu_lm(
+    variants: Sequence[str],
+    seeds: Sequence[int],
+    s: GpuLMSettings,
+    device: torch.device,
+    out: pathlib.Path,
+    progress: bool = True,
+    deadline: float = 0.0,
+    fresh: bool = False,
+) -> tuple[list[RunOutput], list[str]]:
+    """Every (seed, variant), seed by seed so each seed's variants are a paired comparison.
+
+    Results are written after each run (merged with earlier runs of the same sizes in ``out``
+    unless ``fresh``). A run is skipped, and listed as such, when starting it would likely
+    pass ``deadline`` seconds (0 = none) of total wall time, estimated from the slowest run
+    so far: the device's per-command limit then never eats the runs already finished.
+    """
+    compiler = "inductor" if device.type == "cuda" else "aot_eager"
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+    else:
+        torch.set_flush_denormal(True)
+    env = gpu_lm_environment(s, device, compiler)
+    previous = [] if fresh else load_previous_gpu_lm(out / f"{GPU_LM_STEM}.json", env)
+    todo = [(v, seed) for seed in seeds for v in variants]
+    previous = [r for r in previous if (r.variant, r.seed) not in todo]
+    bar = _Bar(len(todo) * s.steps, progress)
+    results: list[RunOutput] = []
+    skipped: list[str] = []
+    t0 = time.perf_counter()
+    for variant, seed in todo:
+        elapsed = time.perf_counter() - t0
+        estimate = max((r.seconds for r in results), default=0.0)
+        if deadline and results and elapsed + estimate > deadline:
+            skipped.append(f"{variant}/seed {seed}")
+            bar.write(f"skip {variant} seed {seed}: {elapsed:.0f} s + ~{estimate:.0f} s "
+                      f"would pass the {deadline:.0f} s deadline")  # fmt: skip
+            bar.update(s.steps)
+            continue
+        bar.describe(f"{variant} s{seed}")
+        r = run_gpu_lm_one(variant, seed, s, device, compiler, bar.update)
+        results.append(r)
+        tps = r.extra["steady_tokens_per_s"]
+        bar.write(
+            f"{variant} seed {seed}: val_loss {r.value:.4f} | wall {r.seconds:.1f} s (first 3 "
+            f"steps {r.extra['warmup_steps_s']:.1f} s, train {r.extra['train_s']:.1f} s, eval "
+            f"{r.extra['eval_s']:.1f} s, {0 if tps is None else tps:,.0f} tokens/s) | total "
+            f"{time.perf_counter() - t0:.0f} s"
+        )
+        env["total_seconds"] = time.perf_counter() - t0
+        write_gpu_lm(out, previous + results, env, skipped)
+    bar.close()
+    env["total_seconds"] = time.perf_counter() - t0
+    write_gpu_lm(out, previous + results, env, skipped)
+    return previous + results, skipped
+
+
+def main_gpu_lm(args: argparse.Namespace) -> int:
+    """``--gpu-lm``: the scaled-up LM, HOT vs bf16; prints the table and the total wall time."""
+    s = gpu_lm_quick_settings() if args.quick else GpuLMSettings()
+    if args.lm_steps is not None:
+        s.steps = args.lm_steps
+        s.warmup = min(s.warmup, max(1, s.steps // 10))
+    if args.lm_batch is not None:
+        s.batch = args.lm_batch
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cpu" and not args.quick:
+        print("warning: the full-size GPU LM on a CPU takes hours; use --quick", file=sys.stderr)
+    seeds = list(range(args.seeds or 1))
+    out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    variants = args.variants or list(GPU_LM_VARIANTS)
+    t0 = time.perf_counter()
+    run_gpu_lm(variants, seeds, s, device, out, not args.no_progress, args.deadline, args.fresh)
+    print((out / f"{GPU_LM_STEM}.md").read_text())
+    print(f"total wall time {time.perf_counter() - t0:.1f} s; results in {out}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
 
@@ -807,6 +1331,24 @@ examples:
 outputs in --out: accuracy.md (table), accuracy.json (rows[] + per-seed values and curves),
 accuracy_curves.png (training loss per task). Other processes may share the CPU: wall times
 in the JSON are no speed claims.
+
+--gpu-lm: the scaled-up LM (issue 5), a separate mode for a CUDA GPU
+  A 31.9 M-parameter byte-level decoder (dim 512, 10 blocks, 8 heads, context 512; the same
+  ByteLM, demo.Block(causal=True), stdlib data and file split as the lm task) trained for a
+  fixed budget of 600 x 32 x 512 = 9.8 M bytes, AdamW, 30 warm-up steps + cosine, validation
+  loss on 512 fixed held-out windows every 50 steps. Variants, all under bf16 autocast and
+  compiled with inductor: bf16 (plain torch.compile, the reference), hot (backend="hot",
+  defaults), hot_exact_gw (HLA off, exact g_w: says whether a gap comes from HLA). One seed by
+  default. Expected on an H200: each variant <= ~100 s including compile, all three < ~6 min;
+  per-run timings are printed. Results are written after every run and merged with earlier
+  runs of the same sizes/device/torch in --out (--fresh: start over), to
+    accuracy_gpu_lm.md / .json (rows[]: variant, val_loss mean/std/seeds, params, tokens,
+    wall s, tokens/s) / _curves.png (val loss vs step, and the gap to bf16 in %).
+  --quick shrinks it to a seconds-long CPU smoke test (aot_eager, CPU bf16 autocast).
+
+  python3 tools/accuracy.py --gpu-lm --out "$OUT"               # on the GPU machine
+  python3 tools/accuracy.py --gpu-lm --variants hot_exact_gw --out "$OUT"   # add a variant
+  python3 tools/accuracy.py --gpu-lm --quick --device cpu       # CPU smoke test
 """
 
 
@@ -826,8 +1368,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), metavar="TASK",
                    help=f"tasks to run, any of {', '.join(TASKS)} (default: all)")  # fmt: skip
     p.add_argument("--seeds", type=int,
-                   help="number of seeds 0..N-1 (default 3, --quick: 1); every variant of a "
-                        "seed starts from the same weights and sees the same batches")  # fmt: skip
+                   help="number of seeds 0..N-1 (default 3, --quick and --gpu-lm: 1); every "
+                        "variant of a seed starts from the same weights and sees the same "
+                        "batches")  # fmt: skip
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes, 1 seed: every code path, numbers meaningless")  # fmt: skip
     p.add_argument("--out", type=pathlib.Path,
@@ -837,7 +1380,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parallel single-threaded worker processes (default: 2)")  # fmt: skip
     p.add_argument("--cnn-epochs", type=int, help="digits CNN epochs (default 8)")
     p.add_argument("--vit-epochs", type=int, help="digits ViT epochs (default 20)")
-    p.add_argument("--lm-steps", type=int, help="LM training steps (default 200)")
+    p.add_argument("--lm-steps", type=int,
+                   help="LM training steps (default 200; --gpu-lm: 600)")  # fmt: skip
     p.add_argument("--lora-steps", type=int, help="LoRA fine-tuning steps (default 100)")
     p.add_argument("--cache", type=pathlib.Path, default=CACHE_DIR,
                    help="finished runs are kept here and reused when the same sizes run again "
@@ -846,6 +1390,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: report the runs in --cache so far")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("scaled-up LM on a GPU (--gpu-lm; see below)")
+    g.add_argument("--gpu-lm", action="store_true",
+                   help="run the scaled-up byte LM, HOT vs bf16, instead of the tasks above "
+                        "(--tasks/--jobs/--cache are ignored)")  # fmt: skip
+    g.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(GPU_LM_VARIANTS),
+        metavar="VARIANT",
+        help=f"GPU-LM variants, any of {', '.join(GPU_LM_VARIANTS)} (default: all)",
+    )
+    g.add_argument("--device", help="GPU-LM device (default: cuda if available, else cpu)")
+    g.add_argument("--lm-batch", type=int, help="GPU-LM windows per step (default 32)")
+    g.add_argument("--deadline", type=float, default=360.0,
+                   help="GPU-LM: skip a run that would likely end past this many seconds of "
+                        "total wall time (estimated from the slowest run so far; 0: never "
+                        "skip; default 360)")  # fmt: skip
+    g.add_argument("--fresh", action="store_true",
+                   help="GPU-LM: do not merge with earlier runs in --out")  # fmt: skip
     return p
 
 
@@ -861,6 +1424,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the experiment and write accuracy.md / .json / _curves.png into ``--out``."""
     args = build_parser().parse_args(argv)
+    if args.gpu_lm:
+        return main_gpu_lm(args)
     settings = settings_from_args(args)
     seeds = list(range(args.seeds or (1 if args.quick else 3)))
     if args.out is None:
