@@ -5,6 +5,13 @@ NaN/Inf makes every dequantized value non-finite, see ``quant``), and the user m
 which layer it reached first. ``check_scale`` is called by the backward ops with the scale of
 the incoming gradient: a non-finite scale means a non-finite gradient. Each layer is reported
 once per process (``reset`` forgets).
+
+On CUDA the check must not stall the GPU: reading a device value on the host waits for all
+queued work, so a per-layer check in every backward would serialise host and device (and is
+illegal while a CUDA graph is being captured). There the flag is copied into pinned host
+memory without blocking and read once its event has completed — at a later HOT backward or
+when :func:`nonfinite_layers` is asked — so a report can arrive a step late. Inside CUDA-graph
+capture nothing is checked (replays run no Python); the NaN/Inf still propagates.
 """
 
 from __future__ import annotations
@@ -16,11 +23,12 @@ import torch
 log = logging.getLogger("hotcompile")
 
 _reported: dict[str, str] = {}
+#: CUDA checks in flight: (layer, path, pinned flag, event after its copy)
+_pending: list[tuple[str, str, torch.Tensor, torch.cuda.Event]] = []
 
 
-def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
-    """Warn once per layer when ``scale`` (of a gradient operand) is NaN/Inf. Syncs on CUDA."""
-    if layer in _reported or bool(torch.isfinite(scale).all()):
+def _report(layer: str, path: str) -> None:
+    if layer in _reported:
         return
     _reported[layer] = path
     log.warning(
@@ -31,11 +39,46 @@ def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
     )
 
 
+def _poll(wait: bool = False) -> None:
+    """Report the CUDA checks whose copies have landed (all of them with ``wait``)."""
+    keep = []
+    for layer, path, flag, event in _pending:
+        if wait:
+            event.synchronize()
+        elif not event.query():
+            keep.append((layer, path, flag, event))
+            continue
+        if bool(flag):
+            _report(layer, path)
+    _pending[:] = keep
+
+
+def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
+    """Warn once per layer when ``scale`` (of a gradient operand) is NaN/Inf (on CUDA without
+    a host sync: see the module docstring)."""
+    if scale.device.type != "cuda":
+        if layer not in _reported and not bool(torch.isfinite(scale).all()):
+            _report(layer, path)
+        return
+    if _pending:
+        _poll()
+    if layer in _reported or torch.cuda.is_current_stream_capturing():
+        return
+    flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+    flag.copy_(~torch.isfinite(scale).all(), non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    _pending.append((layer, path, flag, event))
+
+
 def nonfinite_layers() -> dict[str, str]:
-    """Layers whose HOT backward has seen a NaN/Inf gradient, with the path that saw it first."""
+    """Layers whose HOT backward has seen a NaN/Inf gradient, with the path that saw it first
+    (waits for the CUDA checks still in flight)."""
+    _poll(wait=True)
     return dict(_reported)
 
 
 def reset() -> None:
-    """Forget which layers were reported."""
+    """Forget which layers were reported (and the checks in flight)."""
     _reported.clear()
+    _pending.clear()

@@ -136,15 +136,21 @@ def abc_compress(
 
     Returns ``(codes int8 [R, D], scale float32 [1])`` with R = N·nb·r (HLA) or N·S
     (``rows`` empty). This is what the forward saves instead of x.
+
+    The codes are column-major (strides ``(1, R)``): the weight-gradient GEMM
+    ``g̃qᵀ·x̃q`` reduces over R, and the tensor-core GEMMs want both operands K-major, so the
+    forward writes them that way once instead of the backward transposing them every step.
     """
-    return _quantize(_transform(x, grid_w, rows, block), bits, False, rounding, "maxabs")
+    q, s = _quantize(_transform(x, grid_w, rows, block), bits, False, rounding, "maxabs")
+    return q.t().contiguous().t(), s
 
 
 @abc_compress.register_fake
 def _(x, grid_w, rows, block, bits, rounding):
     N, S, D = x.shape
     R = _compressed_rows(N, S, grid_w, rows, block)
-    return x.new_empty((R, D), dtype=torch.int8), x.new_empty((1,), dtype=torch.float32)
+    codes = x.new_empty((D, R), dtype=torch.int8).t()  # column-major, as the real op
+    return codes, x.new_empty((1,), dtype=torch.float32)
 
 
 # --------------------------------------------------------------------------- backward paths

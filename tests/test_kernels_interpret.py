@@ -1,6 +1,7 @@
 """The Triton kernels' quantize on the CPU through Triton's interpreter: bit-exact codes and
 scales against the reference. Skipped where Triton is absent (the CPU torch wheel has none);
-run it after any change to hotcompile/kernels/ on a machine with ``pip install triton``.
+run it after any change to hotcompile/kernels/ on a machine with ``pip install triton``
+(Triton 3.6's interpreter needs numpy < 2.4).
 
 A subprocess, because ``TRITON_INTERPRET`` is read when Triton is first imported."""
 
@@ -42,6 +43,31 @@ CHECK = textwrap.dedent("""
                     rc, rs = quantize(hla_transform(x, grid_w, LP_L1), bits, False, rounding)
                     n += 1
                     bad += not (torch.equal(c, rc) and torch.equal(s, rs))
+    # HQ's weight quantizer (the HLA kernel with all 16 rows, stored K-major): max-abs codes
+    # and scales bit-exact; SAWB's scale from atomic sums to float32 rounding, codes equal
+    from hotcompile.kernels.hq_triton import quantize_weight
+    for O, I in [(40, 24), (64, 48)]:
+        w = torch.randn(O, I) * 0.05
+        for mode in ("maxabs", "sawb"):
+            for fp8 in (False, True):
+                c, s = quantize_weight(w, 4, mode, fp8)
+                rc, rs = quantize(block_hadamard(w, 0, 16), 4, False, "nearest", mode)
+                ok_s = torch.equal(s, rs) if mode == "maxabs" else torch.allclose(s, rs, 1e-6, 0)
+                n += 1
+                bad += not (torch.equal(c.t().to(torch.int8), rc) and ok_s)
+    # the scaled GEMM (int8, exact int32 accumulation; dequantization in the epilogue)
+    from hotcompile.kernels.gemm_triton import scaled_gemm
+    for M, N, K in [(37, 24, 200), (20, 40, 64)]:
+        a = torch.randint(-127, 128, (M, K), dtype=torch.int8)
+        b = torch.randint(-127, 128, (N, K), dtype=torch.int8)
+        exact = (a.long() @ b.long().t()).float()
+        sa, sb = torch.rand(M) + 0.5, torch.rand(N) + 0.5
+        n += 2
+        bad += not torch.equal(scaled_gemm(a, b, sa, sb, config=3), exact * sa[:, None] * sb)
+        acc = torch.randn(M, N)
+        got = acc.clone()
+        scaled_gemm(a, b, sa[:1], None, out=got, config=4)
+        bad += not torch.equal(got, acc + exact * sa[:1])
     print(f"{n - bad}/{n}")
 """)
 

@@ -297,3 +297,21 @@ def test_nonfinite_values_stay_nonfinite(per_token):
         assert torch.isfinite(d[0]).all()
     else:
         assert not torch.isfinite(d).any()
+
+
+def test_abc_codes_are_column_major_in_the_real_and_fake_op():
+    """The saved ABC codes are written K-major once in the forward (the g_w GEMM reduces over
+    R): the real op and its fake agree on strides, so inductor plans the same layout."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(2, 37, 24)
+    q, s = torch.ops.hotcompile.abc_compress(x, 0, [0, 2, 3, 8, 10, 11, 12, 14], 16, 8, "nearest")
+    R = q.shape[0]
+    assert q.shape == (2 * 3 * 8, 24) and q.stride() == (1, R)
+    ref, _ = quantize(hla_transform(x, 0, (0, 2, 3, 8, 10, 11, 12, 14)), 8, False, "nearest")
+    assert torch.equal(q, ref)
+    with FakeTensorMode() as mode:
+        fq, _ = torch.ops.hotcompile.abc_compress(
+            mode.from_tensor(x), 0, [0, 2, 3, 8, 10, 11, 12, 14], 16, 8, "nearest"
+        )
+    assert fq.shape == q.shape and fq.stride() == q.stride()

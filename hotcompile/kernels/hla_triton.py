@@ -26,10 +26,10 @@ import triton.language as tl
 
 from hotcompile import numerics
 from hotcompile.hla import patch_side
-from hotcompile.kernels.rounding import codes
+from hotcompile.kernels import dispatch
+from hotcompile.kernels.rounding import codes, sawb_scale
 from hotcompile.quant import PSEUDO_BITS, qmax
 
-_FLT_MAX = tl.constexpr(3.4028234663852886e38)
 ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2}
 #: default program tile: BLOCK_B blocks × BLOCK_D channels (× 16 positions in registers)
 BLOCK_B = 8
@@ -114,15 +114,16 @@ def _ilv2(a, b):
 
 @triton.jit
 def _hla_quant_kernel(
-    x_ptr, codes_ptr, scale_ptr, amax_ptr,
-    G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed,
-    MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr,
+    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr,
+    G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel,
+    MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr, SAWB: tl.constexpr,
     ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """MODE 1: max-abs of the kept coefficients into ``amax_ptr`` (atomic max on int bits).
-    MODE 2: quantize with the scale from ``amax_ptr``; codes ``[R, D]`` or (TRANS) ``[D, R]``."""
+    """MODE 1: max-abs of the kept coefficients into ``amax_ptr`` (atomic max on int bits);
+    with SAWB also Σt², Σ|t| into ``stats_ptr`` (atomic fp32 adds). MODE 2: quantize with the
+    scale from MODE 1; codes ``[R, D]`` or (TRANS) ``[D, R]``, in the codes tensor's dtype."""
     INV_Q: tl.constexpr = 1.0 / QMAX
     pid_b = tl.program_id(0)
     pid_d = tl.program_id(1)
@@ -234,9 +235,15 @@ def _hla_quant_kernel(
         # padded slots and masked positions hold zeros: they never raise the max
         bits = tl.abs(t).to(tl.int32, bitcast=True)
         tl.atomic_max(amax_ptr, tl.max(tl.max(tl.max(bits, axis=2), axis=1), axis=0))
+        if SAWB:
+            tl.atomic_add(stats_ptr, tl.sum(tl.sum(tl.sum(t * t, axis=2), axis=1), axis=0))
+            tl.atomic_add(stats_ptr + 1, tl.sum(tl.sum(tl.sum(tl.abs(t), axis=2), axis=1), axis=0))
     else:
         amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
-        scale = amax * INV_Q
+        if SAWB:
+            scale = sawb_scale(amax, tl.load(stats_ptr), tl.load(stats_ptr + 1), numel, QMAX)
+        else:
+            scale = amax * INV_Q
         if (pid_b == 0) & (pid_d == 0):
             tl.store(scale_ptr, scale)
         k = tl.arange(0, RP)
@@ -247,7 +254,7 @@ def _hla_quant_kernel(
         else:
             offs = row.to(tl.int64) * D + d[None, :, None]
         c = codes(t, scale, offs.to(tl.int32), seed, ROUNDING, QMAX, PM)
-        tl.store(codes_ptr + offs, c.to(tl.int8), mask=mask)
+        tl.store(codes_ptr + offs, c.to(codes_ptr.dtype.element_ty), mask=mask)
 
 
 # ----------------------------------------------------------------------------- host code
@@ -287,12 +294,19 @@ def hla_quantize(
     block_b: int = BLOCK_B,
     block_d: int = BLOCK_D,
     num_warps: int = 4,
+    sawb: bool = False,
+    out_dtype: torch.dtype = torch.int8,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``quantize(hla_transform(x, grid_w, rows), bits, False, rounding)`` on CUDA.
 
-    Returns ``(codes int8, scale float32 [1])``; codes are ``[D, R]`` when ``transposed``
-    (K-major for the weight-gradient GEMM), else ``[R, D]`` like the reference.
+    Returns ``(codes, scale float32 [1])``; codes are ``[D, R]`` when ``transposed``
+    (K-major for the weight-gradient GEMM), else ``[R, D]`` like the reference, as
+    ``out_dtype`` (int8, or float8_e4m3fn for INT4-grid codes). ``sawb`` (4-bit): the SAWB
+    scale of ``hotcompile.quant.sawb_scale`` from atomic sums (equal to the reference's to
+    float32 rounding) — with ``rows = range(16)`` this is HQ's weight quantizer along O.
     """
+    if out_dtype == torch.float8_e4m3fn and qmax(bits) > 16:
+        raise ValueError("INT8 codes are not exact in float8_e4m3fn: use int8")
     if x.stride(-1) != 1:
         x = x.contiguous()
     N, S, D = x.shape
@@ -304,16 +318,18 @@ def hla_quantize(
     packed = 0
     for k in range(rp):
         packed |= (int(rows[k]) if k < nr else 16) << (5 * k)
-    codes = torch.empty((D, R) if transposed else (R, D), dtype=torch.int8, device=x.device)
+    codes = torch.empty((D, R) if transposed else (R, D), dtype=out_dtype, device=x.device)
     scale = torch.empty((1,), dtype=torch.float32, device=x.device)
     amax = torch.zeros((1,), dtype=torch.int32, device=x.device)
+    stats = torch.zeros((2,), dtype=torch.float32, device=x.device) if sawb else scale
     seed = int(torch.randint(0, 2**31 - 1, ())) if rounding == "stochastic" else 0
     block_d = min(block_d, triton.next_power_of_2(D))
     grid = (triton.cdiv(G, block_b), triton.cdiv(D, block_d))
-    args = (x, codes, scale, amax, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1), seed)
+    args = (x, codes, scale, amax, stats, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1), seed)
     common = dict(
         TRANS=transposed,
         PATCH=grid_w > 0,
+        SAWB=sawb and bits == 4,
         ROWS=packed,
         NR=nr,
         RP=rp,
@@ -324,19 +340,9 @@ def hla_quantize(
         BLOCK_D=block_d,
         num_warps=num_warps,
     )
-    _hla_quant_kernel[grid](*args, MODE=1, **common)
-    _hla_quant_kernel[grid](*args, MODE=2, **common)
+    _hla_quant_kernel[grid](*args, float(R * D), MODE=1, **common)
+    _hla_quant_kernel[grid](*args, float(R * D), MODE=2, **common)
     return codes, scale
-
-
-def _int_gemm_tn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a·bᵀ`` (int8 K-major operands, int32 out): ``torch._int_mm`` where it takes the shape,
-    else the ``int_gemm`` op (float64 accumulation, exact)."""
-    M, K = a.shape
-    N = b.shape[0]
-    if M > 16 and K > 0 and K % 8 == 0 and N % 8 == 0:
-        return torch._int_mm(a, b.t())
-    return torch.ops.hotcompile.int_gemm(a, b)
 
 
 def _ref(name: str, *args):
@@ -346,24 +352,27 @@ def _ref(name: str, *args):
 
 
 def abc_compress_cuda(x, grid_w, rows, block, bits, rounding):
-    """CUDA ``hotcompile::abc_compress``: codes ``[R, D]`` int8 and the fp32 scale, as the
-    reference returns them (bit-identical for nearest and pseudo_stochastic)."""
+    """CUDA ``hotcompile::abc_compress``: codes ``[R, D]`` int8 (column-major: written as
+    ``[D, R]``, K-major for the g_w GEMM) and the fp32 scale, as the reference returns them
+    (bit-identical for nearest and pseudo_stochastic)."""
     if not supported(x, grid_w, rows, block, bits, rounding):
         return _ref("abc_compress", x, grid_w, rows, block, bits, rounding)
-    return hla_quantize(x, grid_w, rows, bits, rounding, transposed=False)
+    codes, scale = hla_quantize(x, grid_w, rows, bits, rounding, transposed=True)
+    return codes.t(), scale
 
 
 def _gw(gqt, sg, xqt, sx, block, layer, check):
     if check:
         numerics.check_scale(sg, layer, "g_w")
-    # int32 × fp32 [1] promotes to fp32 in one pass: each int32 is converted to fp32, then
-    # multiplied, exactly the reference's ``acc.to(float32) * s`` without the extra pass
-    return _int_gemm_tn(gqt, xqt) * (sg * sx / block)
+    # the reference's acc.float() · (s_g·s_x/16), the scale applied in the GEMM's epilogue
+    return dispatch.scaled_gemm(gqt, xqt, sg * sx / block, None, torch.float32)
 
 
 def hla_grad_weight_cuda(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check):
     """CUDA ``hotcompile::hla_grad_weight``: fused HLA + quantize of g_y written K-major, then
-    the INT8 GEMM ``g̃qᵀ·x̃q`` (int32) and the reference's dequantization ``s_g·s_x/16``."""
+    the INT8 GEMM ``g̃qᵀ·x̃q`` with the reference's dequantization ``s_g·s_x/16`` in its
+    epilogue. The saved codes are column-major (``abc_compress``), so ``xq.t()`` is K-major
+    without a copy."""
     args = (gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check)
     if not supported(gy, grid_w, rows, block, bits, rounding) or xq.dim() != 2:
         return _ref("hla_grad_weight", *args)

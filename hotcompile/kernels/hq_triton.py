@@ -25,15 +25,18 @@ import triton.language as tl
 
 from hotcompile import lqs, numerics
 from hotcompile.hadamard import padded
-from hotcompile.kernels.rounding import codes
+from hotcompile.kernels import dispatch
+from hotcompile.kernels.hla_triton import hla_quantize as _hla_quantize
+from hotcompile.kernels.rounding import codes, sawb_scale
 from hotcompile.quant import PSEUDO_BITS, qmax
 
-_FLT_MAX = tl.constexpr(3.4028234663852886e38)
 ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2}
 #: tile size (elements) of one program; rows per program = TILE // BLOCK_O
 TILE = 4096
 #: widest O chunk of the two-walk path
 CHUNK_O = 2048
+#: HQ's Hadamard keeps every coefficient of a 16-block
+ALL_ROWS = tuple(range(16))
 
 
 # ----------------------------------------------------------------------------- device code
@@ -126,12 +129,7 @@ def _hq_quant_kernel(
     else:
         amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
         if SAWB:
-            # the official SAWB rule of hotcompile.quant.sawb_scale (4-bit coefficients)
-            rms = tl.sqrt_rn(tl.load(stats_ptr) / numel)
-            alpha = 12.1 * rms - 12.2 * (tl.load(stats_ptr + 1) / numel)
-            alpha = tl.where(alpha > 0, tl.minimum(alpha, amax), amax)
-            alpha = tl.where(amax <= _FLT_MAX, alpha, amax)
-            scale = alpha * INV_Q
+            scale = sawb_scale(amax, tl.load(stats_ptr), tl.load(stats_ptr + 1), numel, QMAX)
         else:
             scale = amax * INV_Q
         if pid == 0:
@@ -244,16 +242,16 @@ def _has_fp8(index: int) -> bool:
 def quantize_weight(w: torch.Tensor, bits: int, weight_scale: str, fp8: bool):
     """``Ŵq = Q(B·W)`` per tensor, nearest, as the GEMM's column-major B operand ``[I, O_pad]``.
 
-    Runs the fused kernel on ``Wᵀ`` (one transpose copy of W): the 16-blocks along O become
-    rows' contiguous runs and the codes come out K-major, as ``_scaled_mm``/``_int_mm`` want.
+    The 16-blocks run along O, W's slow dimension: that is HLA's geometry with all 16 rows
+    kept, so the HLA kernel does it — 16 coalesced row loads per block, the butterfly in
+    registers, the codes stored transposed (K-major, as ``_scaled_mm``/``_int_mm`` want) —
+    reading W twice (SAWB statistics / max-abs, then codes) with no transpose copy.
     """
-    sawb = weight_scale == "sawb" and bits == 4
     if weight_scale not in ("sawb", "maxabs"):
         raise ValueError(f"unknown scale mode {weight_scale!r}")
-    wt = w.t().contiguous()
-    return hq_quantize(
-        wt, bits, False, "nearest", torch.float8_e4m3fn if fp8 else torch.int8, sawb=sawb
-    )
+    dtype = torch.float8_e4m3fn if fp8 else torch.int8
+    sawb = weight_scale == "sawb" and bits == 4
+    return _hla_quantize(w[None], 0, ALL_ROWS, bits, "nearest", True, sawb=sawb, out_dtype=dtype)
 
 
 def _reference(*args):
@@ -274,12 +272,13 @@ def hq_grad_input_cuda(
     key: str,
     check: bool,
 ) -> torch.Tensor:
-    """CUDA ``hotcompile::hq_grad_input``: fused Hadamard-quantize of g_y, then an FP8 GEMM.
+    """CUDA ``hotcompile::hq_grad_input``: fused Hadamard-quantize of g_y and W, then one GEMM
+    with the dequantization in its epilogue (``hotcompile.kernels.dispatch`` picks CUTLASS,
+    Triton or torch per shape).
 
-    INT4 with I % 16 == 0 on sm_89+: ``torch._scaled_mm`` in e4m3 (row-wise scales fused in the
-    epilogue for bf16 g_y; fp32 output then the reference's scaling otherwise). INT8 or other
-    shapes: int8 codes and ``torch._int_mm`` (the reference's ``int_gemm``). Block sizes other
-    than 16 and unknown roundings fall back to the reference.
+    INT4 with I % 16 == 0 on sm_89+: e4m3 codes (INT4-grid integers are exact in e4m3). INT8
+    (warm-up) or other shapes: int8 codes. Block sizes other than 16 and unknown roundings fall
+    back to the reference.
     """
     # LQS / warm-up: the same call as the reference, once per call
     scaling, bits = lqs.resolve(key, scaling, gy, bits, block)
@@ -297,17 +296,6 @@ def hq_grad_input_cuda(
     wt, sw = quantize_weight(w, bits, weight_scale, fp8)
     if check:
         numerics.check_scale(sg[:L], layer, "g_x")
-    sw_b = sw / block
-    if fp8 and gy.dtype == torch.bfloat16:
-        sa = sg[:, None] if per_token else sg
-        sb = sw_b.expand(1, I).contiguous() if per_token else sw_b
-        out = torch._scaled_mm(codes, wt.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-        return out[:L]
-    if fp8:
-        one = torch.ones((), dtype=torch.float32, device=gy.device)
-        acc = torch._scaled_mm(codes, wt.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
-    else:
-        acc = torch.ops.hotcompile.int_gemm(codes, wt).to(torch.float32)
-    acc, sg = acc[:L], sg[:L]
-    s_row = sg[:, None] if per_token else sg
-    return (acc * s_row * sw_b).to(gy.dtype)
+    # the reference's dequantization (acc · s_row) · (s_w / block), fused in the GEMM's epilogue
+    out = dispatch.scaled_gemm(codes, wt, sg, sw / block, gy.dtype)
+    return out[:L]

@@ -1,7 +1,8 @@
-"""The rounding of ``hotcompile.quant`` as one Triton helper, shared by every quantize kernel.
+"""The rounding and scale rules of ``hotcompile.quant`` as Triton helpers, shared by every
+quantize kernel.
 
 Bit-exactness with the reference hinges on these few lines (IEEE division by the scale,
-round-half-even, NITI's pseudo-stochastic rule), so they exist once.
+round-half-even, NITI's pseudo-stochastic rule, SAWB's clipping), so they exist once.
 """
 
 import triton
@@ -34,3 +35,16 @@ def codes(x, s, offs, seed, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.c
         r = fl + up.to(tl.float32)
     mag = tl.minimum(r, QMAX * 1.0)
     return tl.where(v < 0.0, -mag, mag)
+
+
+@triton.jit
+def sawb_scale(amax, ssq, sab, numel, QMAX: tl.constexpr):
+    """SAWB scale of ``hotcompile.quant.sawb_scale`` (4-bit) from max-abs, Σx², Σ|x|, numel.
+
+    Max-abs when α ≤ 0; a non-finite max-abs stays visible in the scale.
+    """
+    rms = tl.sqrt_rn(ssq / numel)
+    alpha = 12.1 * rms - 12.2 * (sab / numel)
+    alpha = tl.where(alpha > 0, tl.minimum(alpha, amax), amax)
+    alpha = tl.where(amax <= _FLT_MAX, alpha, amax)
+    return alpha * (1.0 / QMAX)

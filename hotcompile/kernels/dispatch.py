@@ -1,0 +1,286 @@
+"""Which implementation runs each low-precision GEMM: measured per shape, cached, overridable.
+
+HOT's two GEMMs (FP8/INT8 g_x, INT8 g_w) have several implementations on CUDA — CUTLASS sm_90a
+kernels (``hotcompile.kernels.cutlass``, when built), the Triton kernel
+(``hotcompile.kernels.gemm_triton``, one candidate per tile configuration) and torch's own
+(``torch._scaled_mm``, ``torch._int_mm`` + a dequantization pass) — and which one is fastest
+depends on the shape (ViT-B's K = 768 is a different problem from an LLM's K = 14336). So the
+first call per (dtype, M, N, K, scales, out dtype) times every candidate that takes the shape
+(CUDA events, a few runs each) and keeps the fastest, in memory and in a JSON file under
+``~/.cache/hotcompile`` keyed by GPU name, torch and Triton versions, so later processes skip the
+measurement. While a CUDA graph is being captured nothing is timed (the first candidate that
+takes the shape runs).
+
+Override: ``HOTCOMPILE_GEMM=cutlass|triton|torch`` (environment) or :func:`set_preference`;
+the backend applies ``HotConfig.gemm`` when that option is given. :func:`choices` says which
+implementation each shape got (``tools/bench_layers.py`` and ``tools/bench_train.py`` print
+it with their results).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+IMPLS = ("auto", "cutlass", "triton", "torch")
+_ENV = "HOTCOMPILE_GEMM"
+_preference = os.environ.get(_ENV, "auto")
+_lock = threading.Lock()
+
+
+@dataclass
+class Choice:
+    """The implementation picked for one GEMM shape, and what it was picked from."""
+
+    impl: str
+    timings_us: dict[str, float] = field(default_factory=dict)
+    source: str = "measured"  #: "measured", "disk cache", "preference", "capture"
+
+
+_choices: dict[str, Choice] = {}
+_disk: dict[str, str] | None = None
+
+
+def set_preference(impl: str) -> None:
+    """Force one implementation family (``"auto"``: measure). Unknown names raise."""
+    global _preference
+    if impl not in IMPLS:
+        raise ValueError(f"gemm implementation must be one of {IMPLS}, got {impl!r}")
+    _preference = impl
+
+
+def preference() -> str:
+    return _preference
+
+
+def choices() -> dict[str, Choice]:
+    """Shape key -> the implementation chosen for it in this process."""
+    return dict(_choices)
+
+
+def clear() -> None:
+    """Forget this process's choices (the disk cache stays)."""
+    _choices.clear()
+
+
+def table() -> str:
+    """A plain-text table of the choices (for logs and benchmark outputs)."""
+    lines = [f"{'GEMM (dtype M×N×K scales→out)':<52} {'implementation':<14} source"]
+    for key, c in sorted(_choices.items()):
+        lines.append(f"{key:<52} {c.impl:<14} {c.source}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- candidates
+
+Fn = Callable[[], torch.Tensor]
+
+
+def _torch_impl(a, b, sa, sb, out_dtype, out) -> Fn | None:
+    M, K = a.shape
+    N = b.shape[0]
+    if a.dtype == torch.int8:
+        if not (M > 16 and K % 8 == 0 and N % 8 == 0):
+            return None
+
+        def run() -> torch.Tensor:
+            r = torch._int_mm(a, b.t()).to(torch.float32) * (sa[:, None] if sa.numel() > 1 else sa)
+            if sb is not None:
+                r = r * (sb[None, :] if sb.numel() > 1 else sb)
+            return _finish(r, out_dtype, out)
+
+        return run
+    if not (M % 16 == 0 and K % 16 == 0 and N % 16 == 0):
+        return None
+    rowwise = sa.numel() > 1 or (sb is not None and sb.numel() > 1)
+    if rowwise and out_dtype == torch.bfloat16 and out is None:
+        # row-wise scales fused in cuBLAS's epilogue (bf16 output only)
+        scale_b = sb if sb is not None else torch.ones((), device=a.device)
+        s_a = sa.reshape(-1, 1).expand(M, 1).contiguous()
+        s_b = scale_b.reshape(1, -1).expand(1, N).contiguous()
+
+        def run_rowwise() -> torch.Tensor:
+            return torch._scaled_mm(a, b.t(), scale_a=s_a, scale_b=s_b, out_dtype=out_dtype)
+
+        return run_rowwise
+    one = torch.ones((), dtype=torch.float32, device=a.device)
+
+    def run_fp8() -> torch.Tensor:
+        r = torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
+        r = r * (sa[:, None] if sa.numel() > 1 else sa)
+        if sb is not None:
+            r = r * (sb[None, :] if sb.numel() > 1 else sb)
+        return _finish(r, out_dtype, out)
+
+    return run_fp8
+
+
+def _finish(r: torch.Tensor, out_dtype: torch.dtype, out: torch.Tensor | None) -> torch.Tensor:
+    if out is not None:
+        return out.add_(r)
+    return r.to(out_dtype)
+
+
+def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
+    cands: list[tuple[str, Fn]] = []
+    try:
+        from hotcompile.kernels import cutlass
+    except ImportError:  # pragma: no cover - the module ships with the package
+        cutlass = None
+    aligned = all(d % 16 == 0 for d in (*a.shape, b.shape[0]))
+    if aligned and cutlass is not None and cutlass.available():
+        dt = "int8" if a.dtype == torch.int8 else "fp8"
+        s_b = sb if sb is not None else torch.ones((1,), dtype=torch.float32, device=a.device)
+        for cfg in cutlass.CONFIGS.get(dt, []):
+            if True:
+                cands.append(
+                    (
+                        f"cutlass:{cfg}",
+                        lambda cfg=cfg: cutlass.scaled_gemm(
+                            a, b, sa, s_b, 1.0, out_dtype, out=out, config=cfg
+                        ),
+                    )
+                )
+    from hotcompile.kernels import gemm_triton
+
+    if gemm_triton.supported(a, b):
+        for i in range(len(gemm_triton.TILES)):
+            cands.append(
+                (
+                    f"triton:{i}",
+                    lambda i=i: gemm_triton.scaled_gemm(a, b, sa, sb, out_dtype, out, config=i),
+                )
+            )
+    t = _torch_impl(a, b, sa, sb, out_dtype, out)
+    if t is not None:
+        cands.append(("torch", t))
+    return cands
+
+
+# ----------------------------------------------------------------------------- the choice
+
+
+def _key(a, b, sa, sb, out_dtype, out) -> str:
+    dt = "int8" if a.dtype == torch.int8 else "e4m3"
+    scales = (
+        ("row" if sa.numel() > 1 else "1")
+        + "·"
+        + ("-" if sb is None else ("col" if sb.numel() > 1 else "1"))
+    )
+    od = "+=fp32" if out is not None else str(out_dtype).replace("torch.", "")
+    return f"{dt} {a.shape[0]}×{b.shape[0]}×{a.shape[1]} {scales}→{od}"
+
+
+def _cache_path() -> pathlib.Path:
+    root = os.environ.get("HOTCOMPILE_CACHE", str(pathlib.Path.home() / ".cache" / "hotcompile"))
+    return pathlib.Path(root) / "gemm_dispatch.json"
+
+
+def _device_tag(device: torch.device) -> str:
+    import triton
+
+    name = torch.cuda.get_device_name(device)
+    return f"{name}|torch {torch.__version__}|triton {triton.__version__}"
+
+
+def _load_disk() -> dict[str, str]:
+    global _disk
+    if _disk is None:
+        try:
+            _disk = json.loads(_cache_path().read_text())
+        except (OSError, ValueError):
+            _disk = {}
+    return _disk
+
+
+def _save_disk(tag_key: str, impl: str) -> None:
+    disk = _load_disk()
+    disk[tag_key] = impl
+    try:
+        path = _cache_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(disk, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:  # a read-only home: the in-memory choice still holds
+        pass
+
+
+def _time(fn: Fn, reps: int = 5) -> float:
+    """Median µs of ``reps`` runs after two warm-ups (the first may compile a kernel)."""
+    fn()
+    fn()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def _choose(key: str, cands: list[tuple[str, Fn]], out: torch.Tensor | None, device) -> str:
+    names = [n for n, _ in cands]
+    pref = _preference
+    if pref != "auto":
+        for n in names:
+            if n.split(":")[0] == pref:
+                _choices[key] = Choice(n, source="preference")
+                return n
+    capturing = torch.cuda.is_current_stream_capturing()
+    if key in _choices and (capturing or _choices[key].source != "capture"):
+        return _choices[key].impl
+    tag_key = f"{_device_tag(device)}|{key}"
+    cached = _load_disk().get(tag_key)
+    if cached in names:
+        _choices[key] = Choice(cached, source="disk cache")
+        return cached
+    if capturing or len(cands) == 1:
+        _choices[key] = Choice(names[0], source="capture" if capturing else "only candidate")
+        return names[0]
+    # time on a scratch accumulator: a candidate must not add into the caller's gradient
+    timings = {}
+    for name, fn in cands:
+        try:
+            timings[name] = _time(fn)
+        except Exception:  # a candidate that fails to compile or launch is just not chosen
+            continue
+    best = min(timings, key=timings.get) if timings else names[-1]
+    _choices[key] = Choice(best, timings)
+    _save_disk(tag_key, best)
+    return best
+
+
+def scaled_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.float32,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``(a·bᵀ).float() · scale_a · scale_b`` in ``out_dtype`` (added into ``out`` if given) by
+    the fastest implementation for this shape; see :mod:`hotcompile.kernels.gemm_triton` for
+    the operand contract (K-major int8 or float8_e4m3fn, float32 scales on the device)."""
+    sa = scale_a.reshape(-1).to(torch.float32)
+    sb = None if scale_b is None else scale_b.reshape(-1).to(torch.float32)
+    key = _key(a, b, sa, sb, out_dtype, out)
+    saved = out.clone() if (out is not None and key not in _choices) else None
+    cands = _candidates(a, b, sa, sb, out_dtype, out)
+    if not cands:
+        raise ValueError(f"no GEMM implementation takes {key}")
+    with _lock:
+        name = _choose(key, cands, out, a.device)
+    if saved is not None:
+        out.copy_(saved)
+    return dict(cands)[name]()
