@@ -828,7 +828,7 @@ GPU_LM_STEM = "accuracy_gpu_lm"
 class GpuLMSettings:
     """Sizes of the scaled-up LM (issue 5); ``--quick`` shrinks them to a CPU smoke test.
 
-    The defaults give a 31.9 M-parameter decoder (dim 512, 10 blocks of 8 heads, 512-byte
+    The defaults give a 32.0 M-parameter decoder (dim 512, 10 blocks of 8 heads, 512-byte
     context) trained on 600 × 32 × 512 = 9.8 M bytes, about one pass over the stdlib's library
     code. Budget, conservatively: ~0.22 GFLOP per trained byte (6 · params plus attention) is
     2.2 PFLOP, ~20 s at an effective 100 TFLOP/s for bf16; HOT's backward runs at ~0.4-0.5× of
@@ -1090,6 +1090,7 @@ def markdown_gpu_lm(
     """The GPU-LM table with its provenance (device, torch, date, sizes) and the target."""
     s = env["settings"]
     params = rows[0]["params"] if rows else 0
+    merged = env.get("merged_from_earlier", [])
 
     def opt(v: float | None, fmt: str) -> str:
         return "–" if v is None else format(v, fmt)
@@ -1101,7 +1102,8 @@ def markdown_gpu_lm(
         "",
         f"- device: {env['device']}; torch {env['torch']}, Python {env['python']}; compiler "
         f"{env['compiler']}",
-        f"- date: {env['date']}; command: `{env['command']}`",
+        f"- date: {env['date']}; command: `{env['command']}`"
+        + (f" (merged with earlier runs of the same sizes: {', '.join(merged)})" if merged else ""),
         f"- model: byte-level decoder, {params:,} parameters (dim {s['dim']}, "
         f"{s['depth']} blocks `hotcompile.demo.Block(causal=True)`, {s['heads']} heads, "
         f"context {s['ctx']}), every variant under bf16 autocast",
@@ -1256,6 +1258,7 @@ def run_gpu_lm(
     previous = [] if fresh else load_previous_gpu_lm(out / f"{GPU_LM_STEM}.json", env)
     todo = [(v, seed) for seed in seeds for v in variants]
     previous = [r for r in previous if (r.variant, r.seed) not in todo]
+    env["merged_from_earlier"] = [f"{r.variant}/seed {r.seed}" for r in previous]
     bar = _Bar(len(todo) * s.steps, progress)
     results: list[RunOutput] = []
     skipped: list[str] = []
@@ -1301,6 +1304,14 @@ def main_gpu_lm(args: argparse.Namespace) -> int:
     seeds = list(range(args.seeds or 1))
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
     variants = args.variants or list(GPU_LM_VARIANTS)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in ByteLM(s.dim, s.depth, s.heads, s.ctx).parameters())
+    print(
+        f"gpu-lm on {gpu_lm_device_name(device)}: {params / 1e6:.1f} M parameters, "
+        f"{s.steps} steps x {s.batch} x {s.ctx} = {s.tokens / 1e6:.2f} M bytes per run; "
+        f"variants {', '.join(variants)}; seeds {seeds}; deadline {args.deadline:.0f} s",
+        flush=True,
+    )
     t0 = time.perf_counter()
     run_gpu_lm(variants, seeds, s, device, out, not args.no_progress, args.deadline, args.fresh)
     print((out / f"{GPU_LM_STEM}.md").read_text())
@@ -1333,7 +1344,7 @@ accuracy_curves.png (training loss per task). Other processes may share the CPU:
 in the JSON are no speed claims.
 
 --gpu-lm: the scaled-up LM (issue 5), a separate mode for a CUDA GPU
-  A 31.9 M-parameter byte-level decoder (dim 512, 10 blocks, 8 heads, context 512; the same
+  A 32.0 M-parameter byte-level decoder (dim 512, 10 blocks, 8 heads, context 512; the same
   ByteLM, demo.Block(causal=True), stdlib data and file split as the lm task) trained for a
   fixed budget of 600 x 32 x 512 = 9.8 M bytes, AdamW, 30 warm-up steps + cosine, validation
   loss on 512 fixed held-out windows every 50 steps. Variants, all under bf16 autocast and
