@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
+from hotcompile import lqs
 from hotcompile.hla import hla_transform, patch_side
 
 ops = torch.ops.hotcompile
@@ -34,6 +35,11 @@ class LayerSpec:
     ``hla_rows`` empty means no low-rank projection on the g_w path; ``exact`` turns every
     transform off. ``hla_2d`` decides whether inputs with one row per sample use HLA across
     the batch. ``stride``/``padding``/``dilation`` are set for conv2d only.
+
+    ``hla_probe`` (set by :func:`hotcompile.calibrate` only, with ``abc`` off so x is saved in
+    full, and the eager compiler so the backward runs on real tensors): the backward also
+    measures HLA's g_w error for the layer's LQS state (``hotcompile.lqs.observe_hla``), which
+    decides the plan's HLA choice.
     """
 
     name: str
@@ -51,6 +57,7 @@ class LayerSpec:
     hla_2d: str = "none"
     exact: bool = False
     check: bool = True
+    hla_probe: bool = False
     stride: tuple[int, int] = (1, 1)
     padding: tuple[int, int] = (0, 0)
     dilation: tuple[int, int] = (1, 1)
@@ -145,6 +152,12 @@ def _weight_grad_dense(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, gri
     )
 
 
+def _probe_hla(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, grid_w, rows) -> None:
+    """Calibration only: record HLA's g_w error on this backward's real g_y and x."""
+    if spec.hla_probe and rows and spec.lqs_key:
+        lqs.observe_hla(spec.lqs_key, gy3, x3, grid_w, tuple(rows), spec.block)
+
+
 def _input_grad(spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact."""
     if not spec.gx_quantized:
@@ -190,6 +203,7 @@ class HotLinearFunction(torch.autograd.Function):
             elif not spec.abc:  # HOT math, but x kept in full and compressed in the backward
                 x3, grid_w, rows = _linear_geometry(spec, saved[0])
                 gy3 = gy.reshape(x3.shape[0], x3.shape[1], O)
+                _probe_hla(spec, gy3, x3, grid_w, rows)
                 gw = _weight_grad_dense(spec, gy3, x3, grid_w, rows)
             else:
                 gy3 = gy.reshape(ctx.x3_ns[0], ctx.x3_ns[1], O)
@@ -261,6 +275,7 @@ class HotConv2dFunction(torch.autograd.Function):
                     gw = _weight_grad(spec, gy3, saved, Wo, spec.hla_rows)
                 else:
                     cols = _cols(saved[0], weight, spec)
+                    _probe_hla(spec, gy3, cols, Wo, spec.hla_rows)
                     gw = _weight_grad_dense(spec, gy3, cols, Wo, spec.hla_rows)
                 gw = gw.reshape(weight.shape)
             gw = gw.to(weight.dtype)

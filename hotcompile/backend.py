@@ -27,8 +27,9 @@ from typing import Any
 
 import torch
 
+from hotcompile import lqs
 from hotcompile.config import HotConfig
-from hotcompile.lqs import Plan, PlanEntry
+from hotcompile.lqs import QUANTIZERS, Plan, PlanEntry
 from hotcompile.passes import LayerPlan, rewrite
 
 log = logging.getLogger("hotcompile")
@@ -165,9 +166,12 @@ class HotBackend:
             config = HotConfig.from_options({"config": config, **options})
         self.config = config if config is not None else HotConfig.from_options(options)
         self.records: list[CompileRecord] = []
+        #: set by :func:`calibrate` only: measure HLA's g_w error per layer (needs x in full
+        #: and the eager compiler, which ``calibrate`` configures).
+        self.probe_hla = False
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-        layers = rewrite(gm, self.config, example_inputs)
+        layers = rewrite(gm, self.config, example_inputs, probe_hla=self.probe_hla)
         _counter["graphs"] += 1
         record = CompileRecord(_counter["graphs"], self.config, layers, len(example_inputs))
         self.records.append(record)
@@ -192,16 +196,32 @@ class HotBackend:
         return [p for r in self.records for p in r.layers]
 
     def lqs_plan(self) -> Plan:
-        """The quantizer decisions of this backend's layers (LQS-measured or given) as a plan."""
+        """The decisions of this backend's layers as a plan: the g_x quantizer (LQS-measured or
+        given) and the HLA choice (measured by :func:`calibrate`, or given by the plan)."""
         entries, seen = [], set()
+        hla_threshold = None
         for p in self.layers:
-            q = p.quantizer
-            if p.name in seen or q not in ("per_token", "per_tensor"):
+            q = p.quantizer if p.quantizer in QUANTIZERS else None
+            hla = p.hla_choice
+            if p.name in seen or (q is None and hla is None):
                 continue
             seen.add(p.name)
             errs = p.lqs_errors or (None, None)
-            entries.append(PlanEntry(p.name, q, errs[0], errs[1], p.quantizer_rule))
-        return Plan(tuple(entries), self.config.lqs_metric, self.config.lqs_threshold)
+            entry = PlanEntry(p.name, q, errs[0], errs[1], p.quantizer_rule if q else "")
+            if hla is not None:
+                entry = dataclasses.replace(entry, hla=hla[0], e_hla=hla[1], hla_rule=hla[2])
+                hla_threshold = self._hla_threshold(p)
+            entries.append(entry)
+        return Plan(
+            tuple(entries), self.config.lqs_metric, self.config.lqs_threshold, hla_threshold
+        )
+
+    def _hla_threshold(self, layer: LayerPlan) -> float | None:
+        """The threshold behind a layer's HLA choice: measured here, or recorded in the plan."""
+        st = lqs.get(layer.spec.lqs_key) if layer.spec is not None else None
+        if st is not None and st.hla is not None:
+            return st.hla_threshold
+        return self.config.plan.hla_threshold if self.config.plan is not None else None
 
 
 def hot_backend(
@@ -229,11 +249,17 @@ def calibrate(
     loss_fn: Callable[[Any], torch.Tensor],
     config: HotConfig | dict[str, Any] | None = None,
 ) -> Plan:
-    """LQS ahead of training: one forward/backward on ``example_batch`` with the exact g_x,
-    measuring both quantizers' errors per layer on the gradients of ``loss_fn(model(batch))``.
+    """LQS and the HLA choice ahead of training, on one forward/backward of ``example_batch``
+    with the exact g_x and x kept in full, measuring per layer on the real gradients of
+    ``loss_fn(model(batch))``:
+
+    - both g_x quantizers' errors (LQS: per-token iff ``e_token < lqs_threshold·e_tensor``);
+    - HLA's relative g_w error ``e_hla`` (keep HLA iff ``e_hla <= hla_threshold``; not
+      measured with ``hla=False`` or ``hla_threshold=None``, nor on layers without HLA).
 
     Returns the :class:`Plan`; pass it as ``options={"plan": plan}`` (or save it with
-    ``plan.save(path)``) and training starts with the decisions, no calibration step.
+    ``plan.save(path)``) and training starts with the decisions, no calibration step. The HLA
+    choice needs the plan: it changes what the forward saves, so it is fixed at compile time.
     ``example_batch`` is one input or a tuple of positional inputs. The model's ``.grad``
     fields are left as they were.
     """
@@ -245,8 +271,10 @@ def calibrate(
         warmup_steps=0,
         compiler="eager",
         lqs_calibration_steps=1,
+        abc=False,
     )
     backend = HotBackend(cfg)
+    backend.probe_hla = base.hla and base.hla_threshold is not None
     args = example_batch if isinstance(example_batch, tuple) else (example_batch,)
     saved_grads = {p: p.grad for p in model.parameters()}
     try:
@@ -258,7 +286,10 @@ def calibrate(
         for p, g in saved_grads.items():
             p.grad = g
     plan = backend.lqs_plan()
-    log.info("hotcompile: LQS calibration chose %s", {e.layer: e.quantizer for e in plan.entries})
+    log.info(
+        "hotcompile: calibration chose %s",
+        {e.layer: (e.quantizer, e.hla) for e in plan.entries},
+    )
     return plan
 
 

@@ -52,7 +52,20 @@ class HotConfig:
         gx_bits: bit-width of the g_x path (HQ): 4 (paper), 8, or None for an exact g_x.
         gw_bits: bit-width of the g_w path (HLA operands): 8 (paper), 4, or None for
             unquantized operands.
-        hla: apply HLA (the low-rank projection along L) on the g_w path.
+        hla: apply HLA (the low-rank projection along L) on the g_w path. With a plan from
+            :func:`hotcompile.calibrate`, a layer whose plan entry says ``hla=False`` runs its
+            g_w path without the projection (INT8 of x and g_y only; the forward then saves
+            INT8 x, twice ABC's bytes). ``hla=False`` turns HLA off everywhere, plan or not.
+        hla_threshold: the HLA choice of :func:`hotcompile.calibrate`: per layer it measures
+            ``e_hla = ‖g_yᵀΠx − g_yᵀx‖/‖g_yᵀx‖`` (Π: HLA's projection along L) on the real
+            g_y and x of its calibration backward and keeps HLA iff ``e_hla <= hla_threshold``.
+            HLA helps where g_y and x are smooth along L (image patches: e_hla well below the
+            default) and loses much of g_w where they are not (text tokens: e_hla near or above
+            it); see ``docs/numerics.md`` for the measurement behind the default. ``None``
+            keeps HLA wherever ``hla`` is True, as the paper does. There is no run-time
+            ("auto") choice: ABC saves the projected x in the forward, before any backward can
+            be measured, so the choice must be made ahead, by ``calibrate``, and applied at
+            compile time through ``plan``.
         gx_scaling: quantizer of the g_x operand g_y·B: ``"lqs"`` (default: chosen per layer
             from real gradients, see ``hotcompile.lqs``), ``"per_token"`` (one scale per row)
             or ``"per_tensor"`` everywhere.
@@ -100,6 +113,7 @@ class HotConfig:
     gx_bits: int | None = 4
     gw_bits: int | None = 8
     hla: bool = True
+    hla_threshold: float | None = 0.6
     gx_scaling: str = "lqs"
     lqs_calibration_steps: int = 1
     lqs_metric: str = "transformed"
@@ -147,6 +161,9 @@ class HotConfig:
                 raise bad(name, v, "a positive integer" if "lqs" in name else "an integer >= 0")
         if not isinstance(self.lqs_threshold, (int, float)) or not 0 < self.lqs_threshold <= 1:
             raise bad("lqs_threshold", self.lqs_threshold, "a number in (0, 1]")
+        t = self.hla_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0):
+            raise bad("hla_threshold", t, "a positive number (relative g_w error) or None")
         from hotcompile.lqs import as_plan
 
         try:

@@ -46,7 +46,8 @@ class LayerPlan:
 
     ``path``: ``"hot"`` (HQ g_x + HLA g_w), ``"gx_only"`` (frozen weight: HQ g_x, nothing saved
     for g_w), ``"exact"`` (config.exact: rewritten, every transform off) or ``"skipped"``
-    (autograd's backward; ``reason`` says why).
+    (autograd's backward; ``reason`` says why). ``hla_plan``: the plan's HLA choice for this
+    layer ``(hla, e_hla, rule)`` when the plan made one (``spec.hla_rows`` is what runs).
     """
 
     name: str
@@ -57,6 +58,7 @@ class LayerPlan:
     spec: LayerSpec | None = None
     static_rule: str = ""
     needs_gx: bool = True
+    hla_plan: tuple[bool, float | None, str] | None = None
 
     @property
     def quantizer(self) -> str | None:
@@ -90,6 +92,18 @@ class LayerPlan:
         st = lqs.get(s.lqs_key) if s is not None and s.lqs_key else None
         return (st.e_token, st.e_tensor) if st is not None and st.decision else None
 
+    @property
+    def hla_choice(self) -> tuple[bool, float | None, str] | None:
+        """The measured HLA choice ``(hla, e_hla, rule)``: from this run's calibration
+        (:func:`hotcompile.calibrate`) or from the plan; None when nothing was measured."""
+        s = self.spec
+        if s is None or self.path != "hot":
+            return None
+        st = lqs.get(s.lqs_key) if s.lqs_key else None
+        if st is not None and st.hla is not None:
+            return st.hla, st.e_hla, st.hla_rule
+        return self.hla_plan
+
     def describe(self) -> dict[str, Any]:
         """One row of the plan table."""
         s = self.spec
@@ -118,8 +132,15 @@ class LayerPlan:
             "g_x": gx,
             "g_w": gw,
             "rounding": s.rounding if hot else "-",
-            "note": self.reason,
+            "note": self.reason or self._hla_note(),
         }
+
+    def _hla_note(self) -> str:
+        """Why the g_w path runs without HLA on a layer whose config allows it."""
+        choice = self.hla_choice
+        if choice is None or choice[0]:
+            return ""
+        return f"HLA off: {choice[2]}" if choice[2] else "HLA off by plan"
 
 
 _SUBSCRIPT = re.compile(r"\._modules\[['\"]([^'\"]+)['\"]\]|\[['\"]([^'\"]+)['\"]\]|\[(\d+)\]")
@@ -176,9 +197,19 @@ def _scaling(config: HotConfig, name: str) -> tuple[str, str]:
     return config.gx_scaling, f"config gx_scaling={config.gx_scaling!r}"
 
 
-def _lqs_key(config: HotConfig, name: str, weight: Any, scaling: str) -> str:
-    """Key of the layer's runtime LQS / warm-up state: one per (weight tensor, settings)."""
-    if scaling != "lqs" and not config.warmup_steps:
+def _hla_plan(config: HotConfig, name: str) -> tuple[bool, float | None, str] | None:
+    """The plan's HLA choice for a layer, if the plan made one."""
+    entry = config.plan.get(name) if config.plan is not None else None
+    if entry is None or entry.hla is None:
+        return None
+    return entry.hla, entry.e_hla, f"plan: {entry.hla_rule or 'given'}"
+
+
+def _lqs_key(
+    config: HotConfig, name: str, weight: Any, scaling: str, probe_hla: bool = False
+) -> str:
+    """Key of the layer's runtime LQS / warm-up / HLA-probe state: one per (weight, settings)."""
+    if scaling != "lqs" and not config.warmup_steps and not probe_hla:
         return ""
     settings = (
         config.lqs_calibration_steps,
@@ -188,6 +219,8 @@ def _lqs_key(config: HotConfig, name: str, weight: Any, scaling: str) -> str:
         config.gx_bits,
         config.block_size,
         config.hadamard,
+        config.hla_threshold,
+        probe_hla,
     )
     key = f"{name}@{id(weight):x}/{hash(settings) & 0xFFFFFFFF:08x}"
     lqs.state(
@@ -197,11 +230,16 @@ def _lqs_key(config: HotConfig, name: str, weight: Any, scaling: str) -> str:
         metric=config.lqs_metric,
         threshold=config.lqs_threshold,
         warmup_steps=config.warmup_steps,
+        hla_threshold=config.hla_threshold if probe_hla else None,
     )
     return key
 
 
-def _spec(config: HotConfig, name: str, kind: str, scaling: str, key: str, **conv: Any):
+def _spec(
+    config: HotConfig, name: str, kind: str, scaling: str, key: str, hla: bool, **conv: Any
+) -> LayerSpec:
+    """The layer's spec; ``hla``: this layer runs HLA (config.hla and not turned off by the
+    plan). Without HLA the g_w path quantizes x and g_y only (``hla_rows`` empty)."""
     return LayerSpec(
         name=name,
         kind=kind,
@@ -211,7 +249,7 @@ def _spec(config: HotConfig, name: str, kind: str, scaling: str, key: str, **con
         lqs_key=key,
         weight_scale=config.weight_scale,
         gw_bits=config.gw_bits,
-        hla_rows=hla_rows(config.hla_rows, config.rank, config.block_size) if config.hla else (),
+        hla_rows=hla_rows(config.hla_rows, config.rank, config.block_size) if hla else (),
         block=config.block_size,
         rounding=config.rounding,
         abc=config.abc,
@@ -261,12 +299,17 @@ def _weight_objects(gm: torch.fx.GraphModule, example_inputs) -> dict[torch.fx.N
 
 
 def rewrite(
-    gm: torch.fx.GraphModule, config: HotConfig, example_inputs: Any = None
+    gm: torch.fx.GraphModule,
+    config: HotConfig,
+    example_inputs: Any = None,
+    probe_hla: bool = False,
 ) -> list[LayerPlan]:
     """Rewrite ``gm`` in place; return the plan of every linear/conv-like call it saw.
 
     ``example_inputs`` (what the backend receives) identify each layer's weight tensor, which
     keys its runtime LQS state; without them a layer's state is keyed by ``gm`` instead.
+    ``probe_hla`` (calibration only, eager compiler): layers that would run HLA keep x in full
+    (ABC off) and measure HLA's g_w error in their backward, for the plan's HLA choice.
     """
     weights = _weight_objects(gm, example_inputs)
     plans: list[LayerPlan] = []
@@ -329,17 +372,21 @@ def rewrite(
                 continue
             conv = dict(stride=stride, padding=padding, dilation=dilation)
         scaling, rule = _scaling(config, name)
-        key = _lqs_key(config, name, weights.get(w_node, gm), scaling)
-        spec = _spec(config, name, kind, scaling, key, **conv)
+        hla_plan = _hla_plan(config, name)
+        key = _lqs_key(config, name, weights.get(w_node, gm), scaling, probe_hla)
+        use_hla = config.hla and (hla_plan is None or hla_plan[0])
+        spec = _spec(config, name, kind, scaling, key, use_hla, **conv)
         if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
             # one row per sample: no token dimension to low-pass, INT8 quantization only
             spec = dataclasses.replace(spec, hla_rows=())
+        if probe_hla:
+            spec = dataclasses.replace(spec, abc=False, hla_probe=bool(spec.hla_rows))
         path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")
         fn = hot_linear if kind == "linear" else hot_conv2d
         node.target = _make_call(fn, spec)
         node.args = (x_node, w_node, b_node)
         node.kwargs = {}
-        plans.append(LayerPlan(name, kind, wshape, path, "", spec, rule, x.requires_grad))
+        plans.append(LayerPlan(name, kind, wshape, path, "", spec, rule, x.requires_grad, hla_plan))
         log.info("hotcompile: %s (%s %s) -> %s", name, kind, "x".join(map(str, wshape)), path)
     gm.recompile()
     return plans

@@ -1,0 +1,213 @@
+"""The per-layer HLA choice: measured by ``calibrate`` on real g_y and x, carried by the plan."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import AOT, rel
+
+import hotcompile
+from hotcompile import HotBackend, HotConfig, HotConfigError, Plan, PlanEntry, lqs
+
+S, I, O = 128, 32, 48  # tokens per sample, in/out features
+
+
+@pytest.fixture(autouse=True)
+def _fresh_lqs():
+    lqs.reset()
+    yield
+    lqs.reset()
+
+
+def _smooth(n: int, S: int, d: int) -> torch.Tensor:
+    """``[n, S, d]``: a few slow sinusoids along the token axis (image-patch-like)."""
+    t = torch.arange(S, dtype=torch.float32)[None, :, None] / S
+    f = torch.randint(0, 3, (1, 1, d)).float()
+    phase = torch.rand(n, 1, d) * 2 * math.pi
+    return torch.sin(2 * math.pi * f * t + phase) + 0.5
+
+
+def _text_like(n: int, S: int, d: int) -> torch.Tensor:
+    """``[n, S, d]``: embeddings of random bytes, white along the token axis."""
+    return torch.randn(256, d)[torch.randint(0, 256, (n, S))]
+
+
+class Two(nn.Module):
+    """Two linears on two inputs: ``a`` sees smooth tokens, ``b`` text-like ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(I, O), nn.Linear(I, O)
+
+    def forward(self, xa, xb):
+        return self.a(xa), self.b(xb)
+
+
+def _two_case():
+    torch.manual_seed(0)
+    m = Two()
+    xa, xb = _smooth(2, S, I), _text_like(2, S, I)
+    ga, gb = _smooth(2, S, O), _text_like(2, S, O)  # g_y of a is smooth too, of b white
+
+    def loss_fn(out):
+        return (out[0] * ga).sum() + (out[1] * gb).sum()
+
+    return m, (xa, xb), loss_fn
+
+
+def test_calibrate_keeps_hla_on_smooth_tokens_and_drops_it_on_text_like_ones():
+    m, xs, loss_fn = _two_case()
+    plan = hotcompile.calibrate(m, xs, loss_fn)
+    a, b = plan.get("a"), plan.get("b")
+    assert a.hla is True and a.e_hla < 0.1, a
+    # white operands: HLA keeps half the diagonal, e_hla ~ sqrt(1/2)
+    assert b.hla is False and 0.6 < b.e_hla < 0.9, b
+    assert "e_hla" in b.hla_rule and "HLA off" in b.hla_rule
+    assert plan.hla_threshold == HotConfig().hla_threshold
+    assert m.a.weight.grad is None  # calibration leaves gradients as they were
+
+
+def test_e_hla_is_the_relative_gw_error_of_the_projection():
+    torch.manual_seed(1)
+    lin = nn.Linear(I, O, bias=False)
+    x, g = _text_like(1, S, I), torch.randn(1, S, O)
+    plan = hotcompile.calibrate(lin, x, lambda y: (y * g).sum())
+    g2, x2 = g.reshape(S, O), x.reshape(S, I)
+    H = torch.tensor([[(-1) ** bin(i & j).count("1") for j in range(16)] for i in range(16)])
+    keep = H[[0, 2, 3, 8, 10, 11, 12, 14]].float()  # LP_L1 rows of H_16
+    proj = torch.block_diag(*[keep.t() @ keep / 16] * (S // 16))  # Π, an orthogonal projector
+    exact = g2.t() @ x2
+    expected = rel(g2.t() @ proj @ x2, exact)
+    assert plan.entries[0].e_hla == pytest.approx(expected, rel=1e-4)
+
+
+def test_thresholds_and_switches():
+    m, xs, loss_fn = _two_case()
+    loose = hotcompile.calibrate(m, xs, loss_fn, {"hla_threshold": 10.0})
+    assert loose.get("b").hla is True
+    lqs.reset()
+    off = hotcompile.calibrate(m, xs, loss_fn, {"hla_threshold": None})
+    assert all(e.hla is None and e.e_hla is None for e in off.entries)
+    assert off.hla_threshold is None
+    lqs.reset()
+    no_hla = hotcompile.calibrate(m, xs, loss_fn, {"hla": False})
+    assert all(e.hla is None for e in no_hla.entries)
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, "0.6", True])
+def test_invalid_hla_threshold(bad):
+    with pytest.raises(HotConfigError, match="hla_threshold"):
+        HotConfig(hla_threshold=bad)
+
+
+def test_plan_json_round_trip_and_old_plans(tmp_path):
+    m, xs, loss_fn = _two_case()
+    plan = hotcompile.calibrate(m, xs, loss_fn)
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    data = json.loads(path.read_text())
+    assert {e["layer"]: e["hla"] for e in data["layers"]} == {"a": True, "b": False}
+    assert Plan.load(path) == plan
+    # a plan written before HLA choices existed: format /1, no hla fields
+    old = {
+        "format": "hotcompile.lqs.plan/1",
+        "metric": "transformed",
+        "threshold": 0.5,
+        "layers": [{"layer": "a", "quantizer": "per_token", "e_token": 1.0, "e_tensor": 3.0}],
+    }
+    loaded = Plan.from_json(old)
+    assert loaded.get("a").hla is None and loaded.hla_threshold is None
+    assert HotConfig(plan=old).plan == loaded
+    with pytest.raises(ValueError, match="format"):
+        Plan.from_json({**old, "format": "something/9"})
+    with pytest.raises(ValueError, match="hla"):
+        PlanEntry("a", "per_token", hla="yes")  # type: ignore[arg-type]
+    # a layer with an HLA choice but no quantizer choice (its input needs no gradient)
+    assert PlanEntry("stem", None, hla=False).quantizer is None
+    table = plan.table()
+    assert "e_hla" in table and "| off" in table
+
+
+def _grads(m, xs, loss_fn, **options):
+    lqs.reset()
+    torch._dynamo.reset()
+    be = HotBackend(**{**AOT, **options})
+    c = torch.compile(m, backend=be)
+    for p in m.parameters():
+        p.grad = None
+    loss_fn(c(*xs)).backward()
+    return {n: p.grad.clone() for n, p in m.named_parameters()}, be
+
+
+def test_compiled_model_honours_the_plan_per_layer():
+    m, xs, loss_fn = _two_case()
+    plan = hotcompile.calibrate(m, xs, loss_fn)
+    with_plan, be = _grads(m, xs, loss_fn, plan=plan)
+    hla_on, _ = _grads(m, xs, loss_fn)  # the paper's default: HLA on every layer
+    hla_off, _ = _grads(m, xs, loss_fn, hla=False)
+    exact, _ = _grads(m, xs, loss_fn, hla=False, gw_bits=None)
+    # a keeps HLA: bit-identical to the HLA path; b runs the hla=False path (INT8 g_w)
+    assert torch.equal(with_plan["a.weight"], hla_on["a.weight"])
+    assert torch.equal(with_plan["b.weight"], hla_off["b.weight"])
+    assert not torch.equal(with_plan["b.weight"], hla_on["b.weight"])
+    assert rel(with_plan["b.weight"], exact["b.weight"]) < 0.02  # INT8 only
+    assert rel(hla_on["b.weight"], exact["b.weight"]) > 0.5  # what HLA would have cost
+    layers = {p.name: p for p in be.layers}
+    assert layers["a"].spec.hla_rows and not layers["b"].spec.hla_rows
+    row = layers["b"].describe()
+    assert row["g_w"] == "INT8" and row["note"].startswith("HLA off: plan:")
+    assert layers["a"].describe()["g_w"].startswith("HLA r=8")
+    # the plan travels on: the backend's plan repeats the choices
+    again = be.lqs_plan()
+    assert {e.layer: e.hla for e in again.entries} == {"a": True, "b": False}
+    assert again.hla_threshold == plan.hla_threshold
+
+
+def test_config_hla_false_wins_over_a_plan_that_keeps_hla():
+    m, xs, loss_fn = _two_case()
+    plan = hotcompile.calibrate(m, xs, loss_fn)
+    _, be = _grads(m, xs, loss_fn, plan=plan, hla=False)
+    assert all(not p.spec.hla_rows for p in be.layers)
+
+
+def test_turned_off_layer_saves_int8_x_not_the_projection():
+    m, xs, loss_fn = _two_case()
+    plan = hotcompile.calibrate(m, xs, loss_fn)
+    lqs.reset()
+    saved: list[torch.Tensor] = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    c = torch.compile(m, backend=HotBackend(compiler="eager", plan=plan))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = c(*xs)
+    int8 = sorted(tuple(t.shape) for t in saved if t.dtype == torch.int8)
+    # a: Q8(T x), half the rows; b: Q8(x), every row
+    assert int8 == [(2 * S // 2, I), (2 * S, I)]
+    loss_fn(out).backward()
+
+
+def test_conv_layers_are_measured():
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 8, 3, padding=1)
+    x = torch.randn(2, 3, 16, 16).cumsum(-1).cumsum(-2)  # smooth images
+    plan = hotcompile.calibrate(conv, x, lambda y: y.square().mean())
+    (entry,) = plan.entries
+    assert entry.quantizer is None  # the input needs no gradient: no g_x, no LQS
+    assert entry.hla is True and entry.e_hla < 0.6
+
+
+@pytest.mark.slow
+def test_inductor_honours_the_plan():
+    m, xs, loss_fn = _two_case()
+    plan = hotcompile.calibrate(m, xs, loss_fn)
+    ref, _ = _grads(m, xs, loss_fn, plan=plan)
+    got, _ = _grads(m, xs, loss_fn, plan=plan, compiler="inductor")
+    for k in ("a.weight", "b.weight"):
+        assert rel(got[k], ref[k]) < 1e-5, k
