@@ -267,41 +267,45 @@ def _scale(s: torch.Tensor | float, n: int, device: torch.device) -> torch.Tenso
     return s if _aligned(s) else s.clone()
 
 
-def supported(
+def unsupported_reason(
     a: torch.Tensor,
     b: torch.Tensor,
     out_dtype: torch.dtype = torch.bfloat16,
     out: torch.Tensor | None = None,
     config: int = 0,
-) -> bool:
-    """Whether :func:`scaled_gemm` can take these operands (pure checks; builds nothing).
+    require_cuda: bool = True,
+) -> str | None:
+    """Why :func:`scaled_gemm` cannot take these operands, or None when it can.
 
-    The rules are the kernels' (TMA wants 16-byte aligned rows and bases), so the C++ side
-    never has to raise on a call that passed here.
+    Pure checks that build nothing. The rules are the kernels' own (TMA wants 16-byte aligned
+    rows and bases), so the C++ side never raises on a call that passed here.
+    ``require_cuda=False`` checks everything but the device (used by the CPU tests).
     """
-    if a.dim() != 2 or b.dim() != 2 or a.dtype not in _AB_DTYPES or b.dtype != a.dtype:
-        return False
-    if a.device.type != "cuda" or b.device != a.device:
-        return False
+    if a.dim() != 2 or b.dim() != 2:
+        return "a and b must be 2-D"
+    if a.dtype not in _AB_DTYPES or b.dtype != a.dtype:
+        return f"a and b must both be float8_e4m3fn or both int8, got {a.dtype} and {b.dtype}"
+    if require_cuda and (a.device.type != "cuda" or b.device != a.device):
+        return "a and b must be on one CUDA device"
     m, k = a.shape
     n = b.shape[0]
-    if b.shape[1] != k or min(m, n, k) <= 0 or m % 16 or n % 16 or k % 16:
-        return False
-    if max(m, n, k) >= 2**31 or not (a.is_contiguous() and b.is_contiguous()):
-        return False
+    if b.shape[1] != k:
+        return f"a is [M, K] and b is [N, K]; got {tuple(a.shape)} and {tuple(b.shape)}"
+    if min(m, n, k) <= 0 or m % 16 or n % 16 or k % 16 or max(m, n, k) >= 2**31:
+        return f"M, N, K must be positive multiples of 16; got {m}, {n}, {k}"
+    if not (a.is_contiguous() and b.is_contiguous()):
+        return "a [M, K] and b [N, K] must be contiguous"
     if not (_aligned(a) and _aligned(b)):
-        return False
+        return "a and b must start 16-byte aligned"
     if config not in CONFIGS[str(a.dtype).removeprefix("torch.")]:
-        return False
+        return f"config {config} is not one of {CONFIGS[str(a.dtype).removeprefix('torch.')]}"
     if out is None:
-        return out_dtype in _OUT_DTYPES
-    return (
-        out.dtype == torch.float32
-        and out.device == a.device
-        and tuple(out.shape) == (m, n)
-        and out.is_contiguous()
-        and _aligned(out)
-    )
+        return None if out_dtype in _OUT_DTYPES else f"out_dtype {out_dtype} not bf16/fp32"
+    if out.dtype != torch.float32 or tuple(out.shape) != (m, n):
+        return "out (accumulate) must be a float32 [M, N] tensor"
+    if out.device != a.device or not out.is_contiguous() or not _aligned(out):
+        return "out must be contiguous, 16-byte aligned, on the device of a"
+    return None
 
 
 def scaled_gemm(
@@ -326,7 +330,7 @@ def scaled_gemm(
     (M, N, K multiples of 16, 16-byte aligned bases) or the kernels are unavailable, so the
     caller falls back to its own path.
     """
-    if not supported(a, b, out_dtype, out, config):
+    if unsupported_reason(a, b, out_dtype, out, config) is not None:
         return None
     m, n = a.shape[0], b.shape[0]
     sa = _scale(scale_a, m, a.device)
