@@ -60,9 +60,11 @@ def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
         if layer not in _reported and not bool(torch.isfinite(scale).all()):
             _report(layer, path)
         return
+    if torch.cuda.is_current_stream_capturing():
+        return  # no event queries, no host copies while a CUDA graph is recorded
     if _pending:
         _poll()
-    if layer in _reported or torch.cuda.is_current_stream_capturing():
+    if layer in _reported:
         return
     flag = torch.empty((), dtype=torch.bool, pin_memory=True)
     flag.copy_(~torch.isfinite(scale).all(), non_blocking=True)

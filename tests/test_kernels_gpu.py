@@ -222,7 +222,7 @@ def test_under_torch_compile_inductor():
         grads[impl] = [p.grad.clone() for p in m.parameters()]
         if impl == "triton":
             n_triton = len(calls)
-            assert n_triton >= 2  # g_y and the weight of the second layer
+            assert n_triton >= 1  # g_y of the second layer (W goes through the HLA kernel)
     assert len(calls) == n_triton  # nothing through the kernels with them disabled
     for g, r, e in zip(grads["triton"], grads["reference"], exact):
         assert g.isfinite().all()

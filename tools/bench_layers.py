@@ -89,7 +89,7 @@ def timed(fn, sets, reps=20, warmup=3, sleep_cycles=3_000_000):
     return statistics.median(s.elapsed_time(e) * 1e3 for s, e in evs)
 
 
-def bench_layer(name, N, S, O, I, pk, nsets=3, reps=20, fp32_reps=3):
+def bench_layer(name, N, S, O, I, pk, nsets=3, reps=20, fp32_reps=3, sweep=False):
     L = N * S
     kernels.register()
     sets = []
@@ -145,6 +145,33 @@ def bench_layer(name, N, S, O, I, pk, nsets=3, reps=20, fp32_reps=3):
     T["abc_fwd"] = timed(
         lambda d: ops.abc_compress(d["x"].view(N, S, I), 0, LP_L1, 16, 8, ROUNDING), sets, reps
     )
+    if sweep:
+        # tile candidates of the memory-bound kernels (default first), for tuning _config
+        p2 = 1 << (padded(O, 16) - 1).bit_length()
+        for bo in sorted({256, 512, 1024, 2048, 4096, p2} & set(range(256, p2 + 1))):
+            T[f"sweep.gx.quant_gy.block_o{bo}"] = timed(
+                lambda d, bo=bo: hq_triton.hq_quantize(
+                    d["gy"], 4, True, ROUNDING, torch.float8_e4m3fn, 16, block_o=bo
+                ),
+                sets,
+                reps,
+            )
+        for bb, bd, nw in ((8, 64, 4), (4, 128, 4), (8, 128, 4), (16, 64, 4), (16, 128, 8)):
+            T[f"sweep.gw.quant_gy.b{bb}d{bd}w{nw}"] = timed(
+                lambda d, t=(bb, bd, nw): hla_triton.hla_quantize(
+                    d["gy"].view(N, S, O), 0, LP_L1, 8, ROUNDING, True, *t
+                ),
+                sets,
+                reps,
+            )
+            T[f"sweep.gx.quant_w.b{bb}d{bd}w{nw}"] = timed(
+                lambda d, t=(bb, bd, nw): hla_triton.hla_quantize(
+                    d["w"][None], 0, hq_triton.ALL_ROWS, 4, "nearest", True, *t, sawb=True,
+                    out_dtype=torch.float8_e4m3fn,
+                ),
+                sets,
+                reps,
+            )  # fmt: skip
     stage_sum = sum(T[k] for k in ("gx.quant_gy", "gx.quant_w", "gx.gemm", "gw.quant_gy"))
     stage_sum += T["gw.gemm"]
     hot = T["hot.gx"] + T["hot.gw"]
@@ -225,6 +252,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="ViT-B layers only, fewer reps")
     ap.add_argument("--out", default=str(RESULTS), help="directory for the JSON and markdown")
+    ap.add_argument(
+        "--sweep", action="store_true", help="also time tile candidates of the quantize kernels"
+    )
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU (the Triton/CUTLASS kernels are CUDA-only)")
@@ -239,7 +269,7 @@ def main(argv=None) -> int:
     except ImportError:
         it = layers
     for spec in it:
-        rows.append(bench_layer(*spec, pk, reps=10 if a.quick else 20))
+        rows.append(bench_layer(*spec, pk, reps=10 if a.quick else 20, sweep=a.sweep))
     import triton
 
     vit = [r for r in rows if r["name"].startswith("vitb")]
@@ -266,7 +296,7 @@ def main(argv=None) -> int:
             memory_share=mem_share <= TARGETS["memory_share"],
         ),
         gemm_dispatch={
-            k: dict(impl=c.impl, source=c.source, timings_us=c.timings_us)
+            k: dict(impl=c.impl, source=c.source, timings_us=c.timings_us, errors=c.errors)
             for k, c in dispatch.choices().items()
         },
     )
@@ -313,6 +343,11 @@ INT8 dense peak). ABC fwd is the forward's compression of x (not in HOT's backwa
 |---|---|---|
 {gemms}
 """
+    if a.sweep:
+        md += "\n## Tile sweep of the quantize kernels (µs; --sweep)\n\n"
+        for r in rows:
+            sw = {k[6:]: round(v, 1) for k, v in r["stages_us"].items() if k.startswith("sweep.")}
+            md += f"- {r['name']}: {sw}\n"
     (out / "bench_layers.md").write_text(md)
     print(md)
     return 0

@@ -41,6 +41,7 @@ class Choice:
     impl: str
     timings_us: dict[str, float] = field(default_factory=dict)
     source: str = "measured"  #: "measured", "disk cache", "preference", "capture"
+    errors: dict[str, str] = field(default_factory=dict)  #: candidates that failed to run
 
 
 _choices: dict[str, Choice] = {}
@@ -249,14 +250,14 @@ def _choose(key: str, cands: list[tuple[str, Fn]], out: torch.Tensor | None, dev
         _choices[key] = Choice(names[0], source="capture" if capturing else "only candidate")
         return names[0]
     # time on a scratch accumulator: a candidate must not add into the caller's gradient
-    timings = {}
+    timings, errors = {}, {}
     for name, fn in cands:
         try:
             timings[name] = _time(fn)
-        except Exception:  # a candidate that fails to compile or launch is just not chosen
-            continue
+        except Exception as e:  # a candidate that fails to compile or launch is not chosen
+            errors[name] = f"{type(e).__name__}: {str(e)[:300]}"
     best = min(timings, key=timings.get) if timings else names[-1]
-    _choices[key] = Choice(best, timings)
+    _choices[key] = Choice(best, timings, errors=errors)
     _save_disk(tag_key, best)
     return best
 
