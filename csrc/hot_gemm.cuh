@@ -179,7 +179,9 @@ struct HotGemm {
     CPtr epilogue{};
     epilogue.thread = Epi::arguments(a);
     if constexpr (!std::is_void_v<ElementC>) {
-      epilogue.ptr_C = a.beta != 0.0f ? static_cast<ElementC const*>(a.d) : nullptr;
+      // Always a valid pointer: the collective builds C's TMA descriptor regardless; with
+      // beta == 0 the epilogue skips the load (ScalarBroadcast::is_zero) and never reads D.
+      epilogue.ptr_C = static_cast<ElementC const*>(a.d);
     }
     epilogue.dC = stride_c;
     epilogue.ptr_D = static_cast<ElementD*>(a.d);
