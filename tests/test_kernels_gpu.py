@@ -20,12 +20,22 @@ if not has_triton():
     pytest.skip("needs Triton", allow_module_level=True)
 
 from hotcompile import kernels  # noqa: E402
-from hotcompile.kernels import hq_triton  # noqa: E402
+from hotcompile.kernels import hq_cuda, hq_triton  # noqa: E402
 from hotcompile.ops import hq_grad_input  # noqa: E402
 
 ops = torch.ops.hotcompile
 FP8 = torch.cuda.get_device_capability() >= (8, 9)
 CODE_DTYPES = [torch.int8] + ([torch.float8_e4m3fn] if FP8 else [])
+#: both implementations of the fused quantize (the CUDA one when its JIT build works here)
+IMPLS = ["triton", "cuda"]
+
+
+def _impl(name):
+    if name == "cuda":
+        if not hq_cuda.available():
+            pytest.skip(f"CUDA quantize kernel not built: {hq_cuda._error}")
+        return hq_cuda.hq_quantize
+    return hq_triton.hq_quantize_triton
 
 
 def _gy(L, O, dtype, seed=0):
@@ -45,12 +55,14 @@ def _ref(gy, bits, per_token, rounding):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("per_token", [True, False])
 @pytest.mark.parametrize("rounding", ["nearest", "pseudo_stochastic"])
-def test_fused_quantize_bit_exact(L, O, dtype, per_token, rounding):
+@pytest.mark.parametrize("impl", IMPLS)
+def test_fused_quantize_bit_exact(L, O, dtype, per_token, rounding, impl):
+    fn = _impl(impl)
     gy = _gy(L, O, dtype, seed=L * 7 + O)
     for bits in (4, 8):
         rc, rs = _ref(gy, bits, per_token, rounding)
         for code_dtype in CODE_DTYPES if bits == 4 else [torch.int8]:
-            c, s = hq_triton.hq_quantize(gy.cuda(), bits, per_token, rounding, code_dtype, 16)
+            c, s = fn(gy.cuda(), bits, per_token, rounding, code_dtype, 16)
             c = c.float().to(torch.int8).cpu()
             s = s.cpu()
             assert (c[L:] == 0).all()
@@ -69,15 +81,18 @@ def test_chunked_walk_is_bit_exact(block_o):
         assert torch.equal(c.cpu(), rc) and torch.equal(s.cpu(), rs)
 
 
-def test_strided_rows():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_strided_rows(impl):
     big = _gy(64, 200, torch.float32).cuda()
-    gy = big[:, 10:150]
-    c, s = hq_triton.hq_quantize(gy, 4, True, "nearest", torch.int8)
+    gy = big[:, 10:150]  # rows not 16-byte aligned: the CUDA kernel's scalar loads
+    c, s = _impl(impl)(gy, 4, True, "nearest", torch.int8)
     rc, rs = _ref(gy, 4, True, "nearest")
     assert torch.equal(c.cpu(), rc) and torch.equal(s.cpu(), rs)
 
 
-def test_nonfinite_scales_and_codes_match():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_nonfinite_scales_and_codes_match(impl):
+    fn = _impl(impl)
     gy = _gy(40, 70, torch.float32)
     gy[3, 5] = float("nan")
     gy[7, 9] = float("inf")
@@ -85,7 +100,7 @@ def test_nonfinite_scales_and_codes_match():
     for per_token in (True, False):
         for rounding in ("nearest", "pseudo_stochastic"):
             rc, rs = _ref(gy, 4, per_token, rounding)
-            c, s = hq_triton.hq_quantize(gy.cuda(), 4, per_token, rounding, torch.int8)
+            c, s = fn(gy.cuda(), 4, per_token, rounding, torch.int8)
             assert torch.equal(c.cpu(), rc)
             s = s.cpu()
             assert not rs.isfinite().all()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-IMPLS = ("auto", "cutlass", "triton", "torch")
+IMPLS = ("auto", "cutlass", "cuda", "triton", "torch")
 _ENV = "HOTCOMPILE_GEMM"
 _preference = os.environ.get(_ENV, "auto")
 _lock = threading.Lock()
@@ -230,7 +230,10 @@ def _time(fn: Fn, reps: int = 5) -> float:
     return times[len(times) // 2]
 
 
-def _choose(key: str, cands: list[tuple[str, Fn]], out: torch.Tensor | None, device) -> str:
+def choose(key: str, cands: list[tuple[str, Fn]], device, out: torch.Tensor | None = None) -> str:
+    """The candidate to run for ``key`` (an op and its shape): the preference when one of the
+    candidates belongs to that family, else the measured fastest (cached in memory and on
+    disk). ``out``: an accumulator the candidates add into (restored after timing)."""
     names = [n for n, _ in cands]
     pref = _preference
     if pref != "auto":
@@ -239,8 +242,9 @@ def _choose(key: str, cands: list[tuple[str, Fn]], out: torch.Tensor | None, dev
                 _choices[key] = Choice(n, source="preference")
                 return n
     capturing = torch.cuda.is_current_stream_capturing()
-    if key in _choices and (capturing or _choices[key].source != "capture"):
-        return _choices[key].impl
+    if key in _choices and _choices[key].impl in names:
+        if capturing or _choices[key].source != "capture":
+            return _choices[key].impl
     tag_key = f"{_device_tag(device)}|{key}"
     cached = _load_disk().get(tag_key)
     if cached in names:
@@ -249,13 +253,15 @@ def _choose(key: str, cands: list[tuple[str, Fn]], out: torch.Tensor | None, dev
     if capturing or len(cands) == 1:
         _choices[key] = Choice(names[0], source="capture" if capturing else "only candidate")
         return names[0]
-    # time on a scratch accumulator: a candidate must not add into the caller's gradient
+    saved = out.clone() if out is not None else None
     timings, errors = {}, {}
     for name, fn in cands:
         try:
             timings[name] = _time(fn)
         except Exception as e:  # a candidate that fails to compile or launch is not chosen
             errors[name] = f"{type(e).__name__}: {str(e)[:300]}"
+    if saved is not None:
+        out.copy_(saved)  # the timing runs accumulated into it
     best = min(timings, key=timings.get) if timings else names[-1]
     _choices[key] = Choice(best, timings, errors=errors)
     _save_disk(tag_key, best)
@@ -276,12 +282,9 @@ def scaled_gemm(
     sa = scale_a.reshape(-1).to(torch.float32)
     sb = None if scale_b is None else scale_b.reshape(-1).to(torch.float32)
     key = _key(a, b, sa, sb, out_dtype, out)
-    saved = out.clone() if (out is not None and key not in _choices) else None
     cands = _candidates(a, b, sa, sb, out_dtype, out)
     if not cands:
         raise ValueError(f"no GEMM implementation takes {key}")
     with _lock:
-        name = _choose(key, cands, out, a.device)
-    if saved is not None:
-        out.copy_(saved)
+        name = choose(key, cands, a.device, out)
     return dict(cands)[name]()

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from hotcompile import lqs, numerics
 from hotcompile.hadamard import padded
-from hotcompile.kernels import dispatch
+from hotcompile.kernels import dispatch, hq_cuda
 from hotcompile.kernels.hla_triton import hla_quantize as _hla_quantize
 from hotcompile.kernels.rounding import codes, sawb_scale
 from hotcompile.quant import PSEUDO_BITS, qmax
@@ -185,7 +185,42 @@ def hq_quantize(
     block_o: int | None = None,
     sawb: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused ``quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding)`` on CUDA.
+    """Fused ``quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding)`` on CUDA by the
+    faster of the CUDA C++ kernel (``hq_cuda``, when built) and the Triton kernel
+    (:func:`hq_quantize_triton`), measured per shape by ``hotcompile.kernels.dispatch``; both
+    return the same codes and scales. ``block_o``/``sawb``/``stochastic``: Triton only."""
+    if (
+        block_o is None
+        and not sawb
+        and gy.dim() == 2
+        and hq_cuda.supported(gy, rounding, out_dtype)
+        and hq_cuda.available()
+    ):
+        args = (gy, bits, per_token, rounding, out_dtype, pad_rows_to)
+        cands = [
+            ("cuda", lambda: hq_cuda.hq_quantize(*args)),
+            ("triton", lambda: hq_quantize_triton(*args)),
+        ]
+        scaling = "token" if per_token else "tensor"
+        dt = str(gy.dtype).replace("torch.", "")
+        key = f"hq_quantize {dt} {gy.shape[0]}×{gy.shape[1]} per-{scaling} INT{bits}"
+        with dispatch._lock:
+            name = dispatch.choose(key, cands, gy.device)
+        return dict(cands)[name]()
+    return hq_quantize_triton(gy, bits, per_token, rounding, out_dtype, pad_rows_to, block_o, sawb)
+
+
+def hq_quantize_triton(
+    gy: torch.Tensor,
+    bits: int = 4,
+    per_token: bool = True,
+    rounding: str = "pseudo_stochastic",
+    out_dtype: torch.dtype = torch.float8_e4m3fn,
+    pad_rows_to: int = 1,
+    block_o: int | None = None,
+    sawb: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused ``quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding)``, Triton.
 
     Returns ``(codes [L_out, O_pad] out_dtype, scales fp32 [L_out] or [1])`` with
     ``L_out = padded(L, pad_rows_to)`` (rows past L are zero codes with zero scale) and
