@@ -128,6 +128,12 @@ def _finish(r: torch.Tensor, out_dtype: torch.dtype, out: torch.Tensor | None) -
     return r.to(out_dtype)
 
 
+def _refused_is_error(r: torch.Tensor | None) -> torch.Tensor:
+    if r is None:  # the CUTLASS wrapper returns None for what it does not take
+        raise ValueError("the CUTLASS kernel refused these operands")
+    return r
+
+
 def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
     cands: list[tuple[str, Fn]] = []
     try:
@@ -136,18 +142,17 @@ def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
         cutlass = None
     aligned = all(d % 16 == 0 for d in (*a.shape, b.shape[0]))
     if aligned and cutlass is not None and cutlass.available():
-        dt = "int8" if a.dtype == torch.int8 else "fp8"
+        dt = str(a.dtype).replace("torch.", "")  # CONFIGS keys: "int8", "float8_e4m3fn"
         s_b = sb if sb is not None else torch.ones((1,), dtype=torch.float32, device=a.device)
         for cfg in cutlass.CONFIGS.get(dt, []):
-            if True:
-                cands.append(
-                    (
-                        f"cutlass:{cfg}",
-                        lambda cfg=cfg: cutlass.scaled_gemm(
-                            a, b, sa, s_b, 1.0, out_dtype, out=out, config=cfg
-                        ),
-                    )
+            cands.append(
+                (
+                    f"cutlass:{cfg}",
+                    lambda cfg=cfg: _refused_is_error(
+                        cutlass.scaled_gemm(a, b, sa, s_b, 1.0, out_dtype, out=out, config=cfg)
+                    ),
                 )
+            )
     from hotcompile.kernels import gemm_triton
 
     if gemm_triton.supported(a, b):

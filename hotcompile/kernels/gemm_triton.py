@@ -68,8 +68,12 @@ def _scaled_gemm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
         kmask = offs_k[None, :] < K - k
-        a = tl.load(a_ptrs, mask=kmask, other=0)
-        b = tl.load(b_ptrs, mask=kmask, other=0)
+        if IS_INT:
+            a = tl.load(a_ptrs, mask=kmask, other=0)
+            b = tl.load(b_ptrs, mask=kmask, other=0)
+        else:
+            a = tl.load(a_ptrs, mask=kmask, other=0.0)
+            b = tl.load(b_ptrs, mask=kmask, other=0.0)
         # b is [BLOCK_N, BLOCK_K] K-major: its transpose is what wgmma reads for 8-bit types
         if IS_INT:
             acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
