@@ -17,7 +17,7 @@ struct ConfigEntry {
 // Runtime variants of one instantiation cost no build time, so config 2 reuses kind 0.
 constexpr ConfigEntry kConfigs[kNumConfigs] = {
     {0, 0, "cooperative 128x128x128 cluster 2x1, stream-K heuristic"},
-    {1, 0, "ping-pong 128x128x128 cluster 2x1, persistent data-parallel"},
+    {1, 0, "ping-pong 128x128x128 (fp8: 64x128x128) cluster 2x1, persistent"},
     {0, 1, "cooperative 128x128x128 cluster 2x1, data-parallel"},
 };
 

@@ -52,7 +52,7 @@ using Status = char const*;
 // The instantiated kernels (one translation unit each pair, see hot_gemm_*.cu):
 //   kind 0: cooperative, tile 128x128x128, cluster 2x1, stream-K scheduler
 //           (variant 0: CUTLASS's stream-K/split-K heuristic, variant 1: data-parallel)
-//   kind 1: ping-pong, tile 128x128x128, cluster 2x1, persistent data-parallel scheduler
+//   kind 1: ping-pong, tile 128x128x128 (FP8: 64x128x128), cluster 2x1, persistent scheduler
 Status gemm_fp8_bf16(int kind, Args const& args, Launch const& launch);
 Status gemm_fp8_f32(int kind, Args const& args, Launch const& launch);
 Status gemm_int8_bf16(int kind, Args const& args, Launch const& launch);
@@ -239,9 +239,16 @@ using CooperativeStreamK =
             cutlass::gemm::KernelTmaWarpSpecializedCooperative,
             cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::StreamKScheduler>;
 
+// Ping-pong gives each consumer warpgroup a whole tile. FP8 keeps a second fp32 accumulator
+// for the per-k-tile promotion, so a 128x128 tile per warpgroup (2 x 128 registers) spills
+// (ptxas: ~1 KB spill stores); FP8 therefore uses 64x128 tiles here. INT8 has no promotion.
+template <class ElementAB>
+using PingPongTile =
+    std::conditional_t<std::is_same_v<ElementAB, int8_t>, Tile128, Shape<_64, _128, _128>>;
+
 template <class ElementAB, class ElementC, class ElementD>
 using PingPong =
-    HotGemm<ElementAB, ElementC, ElementD, Tile128, Cluster2x1,
+    HotGemm<ElementAB, ElementC, ElementD, PingPongTile<ElementAB>, Cluster2x1,
             cutlass::gemm::KernelTmaWarpSpecializedPingpong,
             cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler>;
 

@@ -57,8 +57,8 @@ CXX_FLAGS = ("-O3", "-DNDEBUG")
 
 #: valid ``config`` ids per A/B dtype, for a dispatcher that times them and keeps the fastest:
 #: 0 cooperative 128x128x128 cluster 2x1 with CUTLASS's stream-K/split-K heuristic (good for
-#: long K and few output tiles, e.g. g_w), 1 ping-pong 128x128x128 cluster 2x1 (short K, many
-#: tiles, e.g. g_x), 2 the cooperative kernel without stream-K.
+#: long K and few output tiles, e.g. g_w), 1 ping-pong 128x128x128 cluster 2x1 (FP8:
+#: 64x128x128; short K, many tiles, e.g. g_x), 2 the cooperative kernel without stream-K.
 CONFIGS: dict[str, list[int]] = {"float8_e4m3fn": [0, 1, 2], "int8": [0, 1, 2]}
 
 #: rough first-build time: 4 instance files of ~1-1.5 CPU-minutes each, built in parallel
