@@ -218,20 +218,27 @@ def _save_disk(tag_key: str, impl: str) -> None:
         pass
 
 
-def _time(fn: Fn, reps: int = 5) -> float:
-    """Median µs of ``reps`` runs after two warm-ups (the first may compile a kernel)."""
+def _time(fn: Fn, reps: int = 10) -> float:
+    """Median GPU µs of ``reps`` runs after two warm-ups (the first may compile a kernel).
+
+    The device is first kept busy (``torch.cuda._sleep``) so the host queues every timed run
+    ahead: the events then measure the kernels, not Python's launch overhead, which would
+    otherwise blur the small differences between candidates.
+    """
     fn()
     fn()
-    times = []
+    torch.cuda.synchronize()
+    events = []
+    torch.cuda._sleep(20_000_000)  # ~10 ms of device time to queue the runs behind
     for _ in range(reps):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    times.sort()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) * 1000.0 for s, e in events)
     return times[len(times) // 2]
 
 
