@@ -11,7 +11,8 @@ first call per (dtype, M, N, K, scales, out dtype) times every candidate that ta
 measurement. While a CUDA graph is being captured nothing is timed (the first candidate that
 takes the shape runs).
 
-Override: ``HOTCOMPILE_GEMM=cutlass|triton|torch`` (environment) or :func:`set_preference`;
+Override: ``HOTCOMPILE_GEMM=cutlass|cuda|triton|torch`` (environment) or :func:`set_preference`;
+``HOTCOMPILE_CUTLASS=0`` leaves the CUTLASS kernels out (and never builds them);
 the backend applies ``HotConfig.gemm`` when that option is given. :func:`choices` says which
 implementation each shape got (``tools/bench_layers.py`` and ``tools/bench_train.py`` print
 it with their results).
@@ -141,7 +142,8 @@ def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
     except ImportError:  # pragma: no cover - the module ships with the package
         cutlass = None
     aligned = all(d % 16 == 0 for d in (*a.shape, b.shape[0]))
-    if aligned and cutlass is not None and cutlass.available():
+    enabled = os.environ.get("HOTCOMPILE_CUTLASS", "1") != "0"
+    if aligned and enabled and cutlass is not None and cutlass.available():
         dt = str(a.dtype).replace("torch.", "")  # CONFIGS keys: "int8", "float8_e4m3fn"
         s_b = sb if sb is not None else torch.ones((1,), dtype=torch.float32, device=a.device)
         for cfg in cutlass.CONFIGS.get(dt, []):
