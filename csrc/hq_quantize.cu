@@ -238,14 +238,18 @@ __global__ void amax_to_scale_kernel(const int* __restrict__ amax, float* __rest
   scale[0] = __int_as_float(amax[0]) * inv_q;
 }
 
+constexpr int kMaxThreads = 256;  // per row; rows longer than 256·4·16 = 16384 are refused
+
 template <typename T, typename OutT>
 int launch_rows(const T* gy, OutT* codes, float* scales, const float* given, int64_t L,
                 int64_t O, int64_t rows, int64_t nblk, int64_t stride_g, int64_t stride_c,
                 float qmax, int rounding, int pm, bool vec_ok, cudaStream_t stream) {
-  // threads per row: a multiple of 32 with at most 4 blocks per thread (registers: 64 floats)
+  // threads per row: a multiple of 32 with at most 4 blocks per thread (registers: 64
+  // floats), at most 256 threads (so up to ~64 registers per thread always fit the SM's
+  // register file: a 1024-thread launch of the NB = 4 kernel is refused by the driver)
   int64_t per = (nblk + 31) / 32;  // blocks per thread with one warp
   int threads = 32;
-  while (per > 4 && threads < 1024) {
+  while (per > 4 && threads < kMaxThreads) {
     threads *= 2;
     per = (nblk + threads - 1) / threads;
   }

@@ -31,6 +31,9 @@ NAME = "hotcompile_hq_quantize"
 SOURCES = ("hq_quantize.cu", "hq_quantize_bindings.cpp")
 HEADERS = ("hq_quantize.h",)
 ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1}
+#: the kernel keeps a row in registers: 256 threads × 4 blocks × 16 columns (wider: Triton)
+MAX_COLUMNS = 256 * 4 * 16
+STATUS = {1: "arguments refused", 2: "row too long", 3: "kernel launch failed"}
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -127,7 +130,7 @@ def supported(gy: torch.Tensor, rounding: str, out_dtype: torch.dtype) -> bool:
         and gy.dtype in (torch.float32, torch.bfloat16, torch.float16)
         and rounding in ROUNDINGS
         and out_dtype in (torch.float8_e4m3fn, torch.int8)
-        and padded(gy.shape[1], 16) <= 1024 * 4 * 16
+        and padded(gy.shape[1], 16) <= MAX_COLUMNS
     )
 
 
@@ -147,15 +150,10 @@ def hq_quantize(
     codes = torch.empty((l_out, o_pad), dtype=out_dtype, device=gy.device)
     scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
     amax = torch.zeros((1,), dtype=torch.int32, device=gy.device)
-    assert _module is not None
-    _module.hq_quantize(
-        gy,
-        codes,
-        scales,
-        amax,
-        per_token,
-        float(qmax(bits)),
-        ROUNDINGS[rounding],
-        PSEUDO_BITS[bits],
-    )
+    if _module is None or not supported(gy, rounding, out_dtype):
+        raise ValueError(f"hq_cuda.hq_quantize does not take {gy.dtype}{tuple(gy.shape)}")
+    q, r, pm = float(qmax(bits)), ROUNDINGS[rounding], PSEUDO_BITS[bits]
+    status = _module.hq_quantize(gy, codes, scales, amax, per_token, q, r, pm)
+    if status:
+        raise RuntimeError(f"hq_quantize CUDA kernel: {STATUS.get(status, status)}")
     return codes, scales
