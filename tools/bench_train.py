@@ -222,7 +222,7 @@ MODELS: dict[str, ModelSpec] = {
 # ----------------------------------------------------------------------------- variants
 
 #: variant name -> hotcompile options (None: plain inductor). ``hot_nocheck`` turns off the
-#: NaN/Inf check, which syncs the device once per HOT backward op and layer.
+#: NaN/Inf check (on CUDA a non-blocking copy per HOT backward op, no device sync).
 VARIANTS: dict[str, dict[str, Any] | None] = {
     "inductor": None,
     "hot": {},
@@ -233,9 +233,9 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
 VARIANT_NOTES: dict[str, str] = {
     "inductor": "`torch.compile(model)`, bf16 autocast",
     "hot": '`torch.compile(model, backend="hot")` with default options (INT4 g_x with LQS, '
-    "HLA + INT8 g_w, ABC-compressed saved inputs; check_nonfinite='once' syncs the device in "
-    "each HOT backward op) plus --hot-options",
-    "hot_nocheck": "as hot, with check_nonfinite='off' (no per-op device sync)",
+    "HLA + INT8 g_w, ABC-compressed saved inputs; check_nonfinite='once': a non-blocking "
+    "flag copy per HOT backward op) plus --hot-options",
+    "hot_nocheck": "as hot, with check_nonfinite='off' (no NaN/Inf flag copies)",
 }
 
 
