@@ -25,6 +25,8 @@ HLA_2D_MODES = ("none", "batch")
 CONV_ABC_MODES = ("im2col",)
 COMPILERS = ("inductor", "aot_eager", "eager")
 NONFINITE_CHECKS = ("once", "off")
+#: kernel families on CUDA (hotcompile.kernels.dispatch): "auto" measures per shape
+KERNEL_IMPLS = ("auto", "cutlass", "cuda", "triton", "torch")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -103,7 +105,14 @@ class HotConfig:
             a mapping or tuple of pairs (e.g. ``{"max_autotune": True}``).
         check_nonfinite: ``"once"`` warns once per layer, naming it, when a NaN/Inf reaches a
             HOT backward (the NaN/Inf itself always propagates); ``"off"`` skips the check
-            (it costs a device sync on CUDA).
+            (on CUDA it is a non-blocking flag copy per op, reported a step later).
+        kernels: which implementation runs the quantize kernels and low-precision GEMMs on
+            CUDA: ``"auto"`` (default: the fastest measured per shape, cached on disk), or one
+            family — ``"cutlass"``, ``"cuda"``, ``"triton"``, ``"torch"`` — used wherever it
+            takes the shape (others fill in). Process-wide: a family is applied when a model
+            is compiled, so the last one set holds; ``"auto"`` leaves the current choice
+            (``HOTCOMPILE_GEMM`` from the environment, else measuring) in place. See
+            ``hotcompile.kernels.dispatch``.
     """
 
     block_size: int = 16
@@ -133,6 +142,7 @@ class HotConfig:
     mode: str | None = None
     inductor_config: tuple[tuple[str, Any], ...] = ()
     check_nonfinite: str = "once"
+    kernels: str = "auto"
 
     def __post_init__(self) -> None:
         def bad(name: str, value: Any, valid: str) -> HotConfigError:
@@ -175,6 +185,7 @@ class HotConfig:
         choice("conv_abc", CONV_ABC_MODES)
         choice("compiler", COMPILERS)
         choice("check_nonfinite", NONFINITE_CHECKS)
+        choice("kernels", KERNEL_IMPLS)
         if self.mode not in MODES:
             raise bad("mode", self.mode, f"one of {', '.join(map(repr, MODES))}")
         if isinstance(self.hla_rows, str):

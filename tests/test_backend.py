@@ -373,3 +373,21 @@ def test_inductor_cpu_training_step_matches_aot_path():
     for k in g0:
         # same math; inductor reorders fp32 sums, which can flip a few quantized codes
         assert rel(g1[k], g0[k]) < 0.1, k
+
+
+def test_kernels_option_sets_the_dispatch_preference():
+    """``options={"kernels": ...}`` picks the CUDA kernel family when the model is compiled
+    (hotcompile.kernels.dispatch); unknown families are refused with the valid ones."""
+    from hotcompile.config import HotConfig, HotConfigError
+    from hotcompile.kernels import dispatch
+
+    before = dispatch.preference()
+    try:
+        m = torch.nn.Sequential(torch.nn.Linear(32, 32))
+        c = torch.compile(m, backend="hot", options={"kernels": "triton", "compiler": "eager"})
+        c(torch.randn(4, 32)).sum().backward()
+        assert dispatch.preference() == "triton"
+    finally:
+        dispatch.set_preference(before)
+    with pytest.raises(HotConfigError, match="kernels"):
+        HotConfig(kernels="cublas")

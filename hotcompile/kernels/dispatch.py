@@ -13,7 +13,8 @@ takes the shape runs).
 
 Override: ``HOTCOMPILE_GEMM=cutlass|cuda|triton|torch`` (environment) or :func:`set_preference`;
 ``HOTCOMPILE_CUTLASS=0`` leaves the CUTLASS kernels out (and never builds them);
-the backend applies ``HotConfig.gemm`` when that option is given. :func:`choices` says which
+the backend applies ``HotConfig.kernels`` (``options={"kernels": "triton"}``) when a model is
+compiled. :func:`choices` says which
 implementation each shape got (``tools/bench_layers.py`` and ``tools/bench_train.py`` print
 it with their results).
 """
