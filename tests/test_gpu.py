@@ -118,7 +118,7 @@ def test_reduce_overhead_cuda_graphs(opts):
     c1 = torch.compile(m1, backend="hot", options=opts)
     c2 = torch.compile(m2, backend="hot", options={**opts, "mode": "reduce-overhead"})
     counters.clear()
-    for step in range(4):
+    for _ in range(4):
         x = torch.randn(16, 128, 256, device="cuda")
         for mm, cc in ((m1, c1), (m2, c2)):
             torch.compiler.cudagraph_mark_step_begin()

@@ -15,22 +15,22 @@ import subprocess
 import pytest
 import torch
 
-from hotcompile.kernels import cutlass, hq_cuda
+from hotcompile.kernels import hq_cuda, jit
 
 
 def test_unavailable_without_cuda_does_not_raise():
     if torch.cuda.is_available():
         pytest.skip("has CUDA")
     assert hq_cuda.available() is False
-    assert "CUDA" in (hq_cuda._error or "")
+    assert "CUDA" in (hq_cuda.error() or "")
     assert not hq_cuda.supported(torch.zeros(4, 16), "nearest", torch.int8)
 
 
 def test_nvcc_compiles_for_sm90a_with_everything_in_registers(tmp_path):
-    nvcc = cutlass.nvcc_path()
+    nvcc = jit.nvcc_path()
     if nvcc is None:
         pytest.skip("nvcc not found (set CUDA_HOME)")
-    src = hq_cuda._src()
+    src = hq_cuda.EXTENSION.src()
     assert src is not None, "csrc/hq_quantize* not found"
     cmd = [
         nvcc, "-c", str(src / "hq_quantize.cu"), "-o", str(tmp_path / "hq.o"), "-std=c++17",

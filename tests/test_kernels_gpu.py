@@ -33,7 +33,7 @@ IMPLS = ["triton", "cuda"]
 def _impl(name):
     if name == "cuda":
         if not hq_cuda.available():
-            pytest.skip(f"CUDA quantize kernel not built: {hq_cuda._error}")
+            pytest.skip(f"CUDA quantize kernel not built: {hq_cuda.error()}")
         return hq_cuda.hq_quantize
     return hq_triton.hq_quantize_triton
 

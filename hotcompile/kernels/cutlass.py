@@ -17,18 +17,14 @@ callers then use the Triton / torch kernels.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import pathlib
-import shutil
-import sys
-import threading
-import time
-import warnings
-from types import ModuleType
 
 import torch
+
+from hotcompile.kernels import jit
+from hotcompile.kernels.jit import cache_dir, nvcc_path  # noqa: F401  (part of this API)
 
 NAME = "hotcompile_cutlass"
 
@@ -64,27 +60,6 @@ CONFIGS: dict[str, list[int]] = {"float8_e4m3fn": [0, 1, 2], "int8": [0, 1, 2]}
 #: rough first-build time: 4 instance files of ~1-1.5 CPU-minutes each, built in parallel
 BUILD_MINUTES = {"2 cores": 4, "16 cores": 2}
 
-_lock = threading.Lock()
-_module: ModuleType | None = None
-_error: str | None = None  # why the kernels are unavailable; set once, never retried
-
-
-def csrc_dir() -> pathlib.Path | None:
-    """The directory holding ``hot_gemm.cu``.
-
-    Looked up (in order) in ``$HOTCOMPILE_CSRC``, the installed package data
-    (``hotcompile/csrc``, see pyproject.toml) and the repository root (editable installs).
-    """
-    here = pathlib.Path(__file__).resolve()
-    candidates = []
-    if os.environ.get("HOTCOMPILE_CSRC"):
-        candidates.append(pathlib.Path(os.environ["HOTCOMPILE_CSRC"]))
-    candidates += [here.parents[1] / "csrc", here.parents[2] / "csrc"]
-    for c in candidates:
-        if all((c / f).is_file() for f in SOURCES + HEADERS):
-            return c
-    return None
-
 
 def cutlass_include_dirs() -> list[str] | None:
     """CUTLASS's ``include/`` and ``tools/util/include/``, or None when they are missing.
@@ -111,45 +86,15 @@ def cutlass_include_dirs() -> list[str] | None:
     return None
 
 
-def nvcc_path() -> str | None:
-    """nvcc from ``$CUDA_HOME`` (as torch finds it) or ``PATH``."""
-    from torch.utils import cpp_extension
-
-    home = cpp_extension.CUDA_HOME or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and os.path.isfile(os.path.join(home, "bin", "nvcc")):
-        return os.path.join(home, "bin", "nvcc")
-    return shutil.which("nvcc")
-
-
-def cache_dir() -> pathlib.Path:
-    """Root of the build cache (``$HOTCOMPILE_CACHE_DIR``, else ``~/.cache/hotcompile``)."""
-    if os.environ.get("HOTCOMPILE_CACHE_DIR"):
-        return pathlib.Path(os.environ["HOTCOMPILE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "hotcompile"
-
-
-def build_dir(src: pathlib.Path, includes: list[str]) -> pathlib.Path:
-    """Build directory keyed by the sources, flags, CUTLASS headers, torch and Python versions,
-    so an edit or an upgrade rebuilds and an unchanged setup loads the cached module."""
-    h = hashlib.sha256()
-    for f in SOURCES + HEADERS:
-        h.update(f.encode() + b"\0" + (src / f).read_bytes())
-    for part in (*NVCC_FLAGS, *CXX_FLAGS, *includes, torch.__version__, sys.version):
-        h.update(part.encode() + b"\0")
-    return cache_dir() / f"{NAME}-{h.hexdigest()[:16]}"
-
-
 def unavailable_reason() -> str | None:
     """Why the kernels cannot be built or run here (None when they can). Never raises."""
     try:
-        if not torch.cuda.is_available() or torch.version.cuda is None:
-            return "no CUDA device (or a CPU-only torch)"
+        reason = jit.cuda_unavailable()
+        if reason is not None:
+            return reason
         major, minor = torch.cuda.get_device_capability()
         if (major, minor) != (9, 0):
             return f"the GPU is sm_{major}{minor}; the kernels are built for sm_90a (H100/H200)"
-        if nvcc_path() is None:
-            return "nvcc not found (set CUDA_HOME)"
         if cutlass_include_dirs() is None:
             return "CUTLASS headers not found (pip install nvidia-cutlass, or set CUTLASS_PATH)"
         if csrc_dir() is None:
@@ -159,15 +104,28 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _fail(reason: str) -> None:
-    global _error
-    if _error is None:
-        _error = reason
-        warnings.warn(
-            f"hotcompile: CUTLASS kernels unavailable ({reason}); using the Triton/torch kernels",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+def csrc_dir() -> pathlib.Path | None:
+    """The directory holding ``hot_gemm.cu`` and its siblings (see :func:`jit.csrc_dir`)."""
+    return jit.csrc_dir(SOURCES + HEADERS)
+
+
+def build_dir(src: pathlib.Path, includes: list[str]) -> pathlib.Path:
+    """Build directory keyed by the sources, flags, CUTLASS headers, torch and Python versions,
+    so an edit or an upgrade rebuilds and an unchanged setup loads the cached module."""
+    return EXTENSION.build_dir(src, [str(src), *includes])
+
+
+EXTENSION = jit.Extension(
+    NAME,
+    "CUTLASS kernels",
+    SOURCES,
+    HEADERS,
+    nvcc_flags=lambda: NVCC_FLAGS,
+    cxx_flags=CXX_FLAGS,
+    include_dirs=lambda: cutlass_include_dirs() or [],
+    unavailable=unavailable_reason,
+    duration=f"~{BUILD_MINUTES['16 cores']}-{BUILD_MINUTES['2 cores']} min",
+)
 
 
 def build(verbose: bool = False) -> bool:
@@ -177,54 +135,7 @@ def build(verbose: bool = False) -> bool:
     the one-off compile time before training rather than inside the first backward. A failure
     is remembered for the process, so it is reported once and never retried per call.
     """
-    global _module
-    with _lock:
-        if _module is not None:
-            return True
-        if _error is not None:
-            return False
-        reason = unavailable_reason()
-        if reason is not None:
-            _fail(reason)
-            return False
-        try:
-            from torch.utils.cpp_extension import load
-
-            src = csrc_dir()
-            includes = cutlass_include_dirs()
-            assert src is not None and includes is not None
-            bdir = build_dir(src, includes)
-            cached = any(bdir.glob(f"{NAME}*.so"))
-            bdir.mkdir(parents=True, exist_ok=True)
-            if not cached:
-                print(
-                    "hotcompile: building CUTLASS kernels for sm_90a (first use, ~"
-                    f"{BUILD_MINUTES['16 cores']}-{BUILD_MINUTES['2 cores']} min) in {bdir} ...",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            t0 = time.perf_counter()
-            _module = load(
-                name=NAME,
-                sources=[str(src / f) for f in SOURCES],
-                extra_include_paths=[str(src), *includes],
-                extra_cflags=list(CXX_FLAGS),
-                extra_cuda_cflags=list(NVCC_FLAGS),
-                build_directory=str(bdir),
-                with_cuda=True,
-                verbose=verbose,
-            )
-            if not cached:
-                print(
-                    f"hotcompile: CUTLASS kernels built in {time.perf_counter() - t0:.0f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            return True
-        except Exception as e:  # noqa: BLE001 - a failed build means "fall back", not a crash
-            msg = str(e).strip().splitlines()
-            _fail(f"build failed: {type(e).__name__}: {msg[-1] if msg else ''}")
-            return False
+    return EXTENSION.build(verbose)
 
 
 def available() -> bool:
@@ -232,21 +143,17 @@ def available() -> bool:
 
     Never raises; the reason for False is warned once and kept in :func:`error`.
     """
-    if _module is not None:
-        return True
-    if _error is not None:
-        return False
-    return build()
+    return EXTENSION.available()
 
 
 def error() -> str | None:
     """Why :func:`available` returned False (None if it did not, or was not asked yet)."""
-    return _error
+    return EXTENSION.error
 
 
 def config_names() -> list[str]:
     """Human-readable description of every config id (needs the built module)."""
-    return list(_module.config_names()) if available() and _module is not None else []
+    return list(EXTENSION.module.config_names()) if available() and EXTENSION.module else []
 
 
 _AB_DTYPES = (torch.float8_e4m3fn, torch.int8)
@@ -340,5 +247,5 @@ def scaled_gemm(
     accumulate = out is not None
     if out is None:
         out = torch.empty((m, n), dtype=out_dtype, device=a.device)
-    assert _module is not None
-    return _module.scaled_gemm(a, b, sa, sb, float(alpha), out, accumulate, int(config))
+    assert EXTENSION.module is not None
+    return EXTENSION.module.scaled_gemm(a, b, sa, sb, float(alpha), out, accumulate, int(config))
