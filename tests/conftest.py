@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
+import pathlib
+import sys
+import types
 
 import pytest
 import torch
@@ -76,3 +80,19 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 AOT = {"compiler": "aot_eager"}
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_tool(script: str) -> types.ModuleType:
+    """A script of tools/ (not a package) imported from its path, once per session; registered
+    in ``sys.modules`` so that its dataclasses and pickling work."""
+    name = "hotcompile_tools_" + script.removesuffix(".py")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / script)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod

@@ -14,24 +14,16 @@ import importlib.util
 import json
 import math
 import pathlib
-import sys
 
 import pytest
 import torch
+from conftest import load_tool
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _load_accuracy():
-    """tools/ is not a package: import the script from its path (registered for dataclasses)."""
-    name = "hotcompile_tools_accuracy"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("accuracy.py")
 
 
 acc = _load_accuracy()

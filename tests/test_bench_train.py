@@ -8,7 +8,6 @@ before GPU time is spent on it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import pathlib
@@ -17,21 +16,14 @@ import sys
 from typing import Any
 
 import pytest
+from conftest import load_tool
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tools" / "bench_train.py"
 
 
-def _load_bench() -> Any:
-    """tools/ is not a package: import the script from its path."""
-    name = "hotcompile_tools_bench_train"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def _load_bench():
+    return load_tool("bench_train.py")
 
 
 bench = _load_bench()
