@@ -1,0 +1,132 @@
+"""Bisect the NaN of GPT-2 small under ``backend="hot"`` (tools/results/bench_train.md).
+
+On an H200 (torch 2.11, 2026-11-22) the HOT variant of tools/bench_train.py's GPT-2 small
+(tied 50257-wide head, batch 8 × 1024, bf16 autocast, AdamW lr 1e-4) reached a NaN loss within
+13 steps; the first non-finite gradient appeared between the head's HOT g_x and the last block.
+This script trains the same model for a few steps under several option sets and reports, per
+set, the first step whose loss or gradients are non-finite and the first such parameter — so
+one GPU call says which part of HOT (a kernel family, LQS, HLA, the head) is responsible.
+
+    python3 tools/repros/gpt2_nan.py --out DIR            # on a CUDA GPU, ~3-5 minutes
+    python3 tools/repros/gpt2_nan.py --small --device cpu # a small model on CPU (smoke test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import pathlib
+import sys
+import time
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from bench_train import GPT2, WithLoss  # noqa: E402
+
+import hotcompile  # noqa: E402,F401
+
+#: name -> hotcompile options (None: plain inductor, the reference)
+VARIANTS: dict[str, dict | None] = {
+    "inductor": None,
+    "hot": {},
+    "hot_exact": {"exact": True},
+    "hot_no_head": {"exclude": ["model.head"]},
+    "hot_per_token": {"gx_scaling": "per_token"},
+    "hot_no_hla": {"hla": False},
+    "hot_kernels_triton": {"kernels": "triton"},
+    "hot_kernels_torch": {"kernels": "torch"},
+    "hot_kernels_cuda": {"kernels": "cuda"},
+}
+
+
+def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    dev = torch.device(args.device)
+    if args.small:
+        model = GPT2(vocab=50257, ctx=128, dim=64, depth=2, heads=4)
+        batch, ctx = 4, 128
+    else:
+        model, batch, ctx = GPT2(), 8, 1024
+    m = WithLoss(model).to(dev)
+    if opts is None:
+        c = torch.compile(m)
+    else:
+        o = dict(opts)
+        if dev.type == "cpu":
+            o.setdefault("compiler", "aot_eager")
+        c = torch.compile(m, backend="hot", options=o)
+    opt = torch.optim.AdamW(m.parameters(), lr=args.lr, weight_decay=0.05)
+    g = torch.Generator().manual_seed(0)
+    tok = torch.randint(50257, (batch, ctx + 1), generator=g).to(dev)
+    x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+    res = {"variant": name, "options": opts, "first_bad_step": None, "first_bad": None}
+    losses = []
+    t0 = time.perf_counter()
+    for step in range(args.steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            loss = c(x, y)
+        loss.backward()
+        losses.append(loss.item())
+        bad = [
+            n for n, p in m.named_parameters() if p.grad is not None and not p.grad.isfinite().all()
+        ]
+        if not torch.isfinite(loss) or bad:
+            res["first_bad_step"] = step
+            res["first_bad"] = (
+                "loss" if not torch.isfinite(loss) else bad[-1]
+            )  # last = nearest the loss
+            res["nonfinite_params"] = len(bad)
+            break
+        opt.step()
+    res["losses"] = losses
+    res["seconds"] = time.perf_counter() - t0
+    del m, c, opt
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--out", default=None, help="directory for gpt2_nan.json (default: print only)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument(
+        "--small", action="store_true", help="a 2-block, 64-wide GPT-2 (CPU smoke test)"
+    )
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
+    args = ap.parse_args(argv)
+    rows = []
+    for name in args.variants.split(","):
+        try:
+            r = run(name, VARIANTS[name], args)
+        except Exception as e:  # noqa: BLE001 - a failing variant is a finding, not the end
+            r = {"variant": name, "error": f"{type(e).__name__}: {e}"[:500]}
+        rows.append(r)
+        bad = r.get("first_bad_step")
+        what = r.get("error") or (
+            f"non-finite at step {bad}: {r['first_bad']}" if bad is not None else "finite"
+        )
+        print(f"{name:20s} {what}", flush=True)
+    if args.out:
+        out = pathlib.Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        info = {"device": str(args.device), "torch": torch.__version__, "rows": rows}
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name()
+        (out / "gpt2_nan.json").write_text(json.dumps(info, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
