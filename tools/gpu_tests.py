@@ -1,10 +1,17 @@
-"""Run the test-suite on a CUDA machine and record the result.
+"""Run hotcompile's GPU tests on a CUDA machine and record the result in one markdown file.
 
-    python tools/gpu_tests.py [--out DIR] [pytest args...]
+    python tools/gpu_tests.py [--out DIR] [--files a.py,b.py] [--timeout S] [pytest args...]
 
-Runs ``pytest tests`` (the CPU suite plus tests/test_gpu.py, which only runs with a GPU) and
-writes ``gpu_tests.md`` with the device, torch/triton versions, date and the pytest summary
-into DIR (default tools/results). Exit status is pytest's.
+Runs each ``tests/*_gpu.py`` file (and tests/test_gpu.py) in its own pytest process with its own
+time limit, so one slow or crashing file (a C++ extension that aborts the process, say) costs
+only its own row, and writes ``gpu_tests.md`` into DIR (default tools/results): device,
+torch/triton/CUDA versions, date, the git commit, and per file the pytest summary line, the
+failures and skips. Each file's full log goes next to it (``gpu_tests_<file>.log``). The CPU
+suite runs in CI; ``--all`` adds ``tests`` as a whole (every CPU test too) as a last row.
+
+Before the tests it builds the JIT extensions (CUTLASS needs ``pip install nvidia-cutlass``)
+so the first test does not pay minutes of compile time inside its own limit. Exit status: 0
+when every file passed.
 """
 
 from __future__ import annotations
@@ -16,32 +23,84 @@ import platform
 import re
 import subprocess
 import sys
+import time
 
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def _gpu_files() -> list[str]:
+    files = sorted(p.name for p in (ROOT / "tests").glob("test_*gpu*.py"))
+    return files
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown (no git)"
+
+
+def _build() -> list[str]:
+    lines = []
+    for name in ("hq_cuda", "cutlass"):
+        t0 = time.perf_counter()
+        try:
+            mod = __import__(f"hotcompile.kernels.{name}", fromlist=["build"])
+            ok = mod.build()
+            why = "" if ok else f" ({mod.error()})"
+            lines.append(f"- {name}: {'built' if ok else 'unavailable'}{why}, "
+                         f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - recorded, the tests still run
+            lines.append(f"- {name}: {type(e).__name__}: {e}")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "tools" / "results"))
+    ap.add_argument("--files", default=None, help="comma-separated test files (default: GPU ones)")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per file (default 300)")
+    ap.add_argument("--all", action="store_true", help="also run the whole suite as a last row")
     args, pytest_args = ap.parse_known_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "tests",
-        "-q",
-        "-rs",
-        "-p",
-        "no:cacheprovider",
-        *pytest_args,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
-    (out / "gpu_tests.log").write_text(log)
+    files = args.files.split(",") if args.files else _gpu_files()
+    targets = [f"tests/{f}" for f in files] + (["tests"] if args.all else [])
+    builds = _build() if torch.cuda.is_available() else ["- no CUDA device: nothing built"]
+    rows, details, status = [], [], 0
+    for target in targets:
+        cmd = [sys.executable, "-m", "pytest", target, "-q", "-rs", "-p", "no:cacheprovider"]
+        cmd += pytest_args
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                                  timeout=args.timeout)  # fmt: skip
+            log, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            log = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else ""
+            log += f"\n(timed out after {args.timeout} s)"
+            rc = -1
+        dt = time.perf_counter() - t0
+        name = pathlib.Path(target).stem if target != "tests" else "all"
+        (out / f"gpu_tests_{name}.log").write_text(log)
+        summary = [ln for ln in log.splitlines()
+                   if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)", ln)]  # fmt: skip
+        crashed = "Fatal Python error" in log or rc < 0
+        verdict = "crashed" if crashed and rc != -1 else ("timed out" if rc == -1 else "")
+        line = (summary[-1].strip("= ") if summary else "(no pytest summary)") + (
+            f" — {verdict}" if verdict else ""
+        )
+        rows.append(f"| {target} | {line} | {dt:.0f} |")
+        bad = [ln for ln in log.splitlines() if ln.startswith(("FAILED", "ERROR", "SKIPPED"))]
+        if bad:
+            details += [f"### {target}", "", "```", *bad[:60], "```", ""]
+        status = status or (rc != 0)
+        print(f"{target}: {line} ({dt:.0f} s)", flush=True)
     try:
         import triton
 
@@ -49,35 +108,31 @@ def main() -> int:
     except ImportError:
         triton_version = "absent"
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
-    summary = [
-        line
-        for line in log.splitlines()
-        if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)", line)
-    ]
     report = [
-        "# hotcompile test-suite on a GPU machine",
+        "# hotcompile's GPU tests on a GPU machine (tools/gpu_tests.py)",
         "",
         f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
+        f"- commit: {_commit()}",
         f"- device: {device}",
         f"- torch: {torch.__version__} (CUDA {torch.version.cuda}), triton {triton_version}",
         f"- python: {platform.python_version()}",
-        f"- command: `{' '.join(cmd[2:])}`",
-        f"- exit status: {proc.returncode}",
+        f"- extra pytest args: `{' '.join(pytest_args)}`"
+        if pytest_args
+        else "- extra pytest args: none",
         "",
-        "```",
-        *(summary[-1:] or ["(no pytest summary line)"]),
-        "```",
+        "JIT builds before the tests:",
         "",
-        "Failures and skips (from `-rs` and the failure summary):",
+        *builds,
         "",
-        "```",
-        *[line for line in log.splitlines() if line.startswith(("FAILED", "ERROR", "SKIPPED"))],
-        "```",
+        "| file | result | seconds |",
+        "|---|---|---|",
+        *rows,
+        "",
+        *(["## Failures and skips", "", *details] if details else []),
     ]
     (out / "gpu_tests.md").write_text("\n".join(report) + "\n")
-    print(log[-6000:])
     print("\n".join(report))
-    return proc.returncode
+    return int(status)
 
 
 if __name__ == "__main__":
