@@ -819,7 +819,14 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     "bf16": None,
     "hot": VARIANTS["hot"],
     "hot_exact_gw": VARIANTS["hot_exact_gw"],
+    # ablations (not in the default run): which part of HOT costs the LM at this scale
+    "hot_no_hla": {"hla": False},  # INT8 g_w without the projection
+    "hot_int8_gx": {"gx_bits": 8},  # the g_x path at INT8 instead of INT4
+    "hot_exact_gx": {"gx_bits": None},  # g_w path only (HLA + INT8)
+    "naive_int4": VARIANTS["naive_int4"],
 }
+#: what a plain ``--gpu-lm`` runs (about 3 minutes on an H200); add the rest with --variants
+GPU_LM_DEFAULT = ("bf16", "hot", "hot_exact_gw")
 GPU_LM_REFERENCE = "bf16"
 GPU_LM_STEM = "accuracy_gpu_lm"
 
@@ -1303,7 +1310,7 @@ def main_gpu_lm(args: argparse.Namespace) -> int:
         print("warning: the full-size GPU LM on a CPU takes hours; use --quick", file=sys.stderr)
     seeds = list(range(args.seeds or 1))
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
-    variants = args.variants or list(GPU_LM_VARIANTS)
+    variants = args.variants or list(GPU_LM_DEFAULT)
     with torch.device("meta"):
         params = sum(p.numel() for p in ByteLM(s.dim, s.depth, s.heads, s.ctx).parameters())
     print(
@@ -1410,7 +1417,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         choices=list(GPU_LM_VARIANTS),
         metavar="VARIANT",
-        help=f"GPU-LM variants, any of {', '.join(GPU_LM_VARIANTS)} (default: all)",
+        help=f"GPU-LM variants, any of {', '.join(GPU_LM_VARIANTS)} "
+        f"(default: {' '.join(GPU_LM_DEFAULT)})",
     )
     g.add_argument("--device", help="GPU-LM device (default: cuda if available, else cpu)")
     g.add_argument("--lm-batch", type=int, help="GPU-LM windows per step (default 32)")
