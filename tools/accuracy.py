@@ -20,9 +20,11 @@ Tasks (all data ships with the software already installed; nothing is downloaded
 
 Variants: ``fp32`` (plain compile), ``bf16`` (plain compile under CPU bf16 autocast), ``hot``
 (defaults), ``hot_no_lqs`` (per-tensor g_x scaling), ``hot_exact_gw`` (no HLA, unquantized
-g_w: only the g_x path is approximated), ``naive_int4`` (per-tensor INT4 on both backward paths,
-no Hadamard, no HLA). LoRA variants: ``lora`` (plain), ``lora_hot_base`` (HOT on the frozen base
-only, which gets only the g_x path), ``lora_hot_all`` (HOT on the adapters too).
+g_w: only the g_x path is approximated), ``hot_no_hla`` (HLA off: INT8 g_w without the
+projection, the setting language models need today), ``naive_int4`` (per-tensor INT4 on both
+backward paths, no Hadamard, no HLA). LoRA variants: ``lora`` (plain), ``lora_hot_base`` (HOT
+on the frozen base only, which gets only the g_x path), ``lora_hot_all`` (HOT on the adapters
+too).
 
 ``--gpu-lm`` is a separate mode for a CUDA GPU (issue 5): the same byte LM scaled up to ~32 M
 parameters, a fixed budget of ~10 M training bytes, HOT vs plain compile both under bf16
@@ -72,6 +74,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot": {},
     "hot_no_lqs": {"gx_scaling": "per_tensor"},
     "hot_exact_gw": {"hla": False, "gw_bits": None},
+    "hot_no_hla": {"hla": False},  # INT8 g_w without HLA's projection
     "naive_int4": {"hadamard": False, "hla": False, "gw_bits": 4, "gx_scaling": "per_tensor"},
 }
 LORA_VARIANTS: dict[str, dict[str, Any] | None] = {
@@ -820,7 +823,7 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot": VARIANTS["hot"],
     "hot_exact_gw": VARIANTS["hot_exact_gw"],
     # ablations (not in the default run): which part of HOT costs the LM at this scale
-    "hot_no_hla": {"hla": False},  # INT8 g_w without the projection
+    "hot_no_hla": VARIANTS["hot_no_hla"],  # INT8 g_w without the projection
     "hot_int8_gx": {"gx_bits": 8},  # the g_x path at INT8 instead of INT4
     "hot_exact_gx": {"gx_bits": None},  # g_w path only (HLA + INT8)
     "naive_int4": VARIANTS["naive_int4"],
@@ -1337,6 +1340,7 @@ what each variant is (all through torch.compile):
   hot           backend="hot" with its defaults (HQ INT4 g_x with LQS, HLA INT8 g_w, ABC)
   hot_no_lqs    HOT with per-tensor g_x scaling everywhere (LQS off)
   hot_exact_gw  HOT's g_x path only: HLA off, g_w unquantized
+  hot_no_hla    HOT with HLA off (INT8 g_w without the projection; ABC saves INT8 x, all rows)
   naive_int4    per-tensor INT4 on both backward paths, no Hadamard, no HLA
   lora tasks:   lora (plain) / lora_hot_base (HOT on frozen base only) / lora_hot_all
 
