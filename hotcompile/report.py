@@ -20,6 +20,7 @@ import importlib
 import io
 import json
 import math
+import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -175,7 +176,19 @@ class Report:
             "totals_in_batch": self.symbolic_totals(),
             "paper_memory": self.paper_memory,
             "saved": None if self.saved is None else self.saved.to_json(saved_tensors),
+            "kernels_ran": self.kernels_ran(),
         }
+
+    def kernels_ran(self) -> dict[str, dict[str, str]]:
+        """Layer -> stage -> implementation (CUTLASS config, Triton tile, CUDA, torch) that the
+        HOT ops ran on CUDA for this report's layers, as recorded by
+        ``hotcompile.kernels.dispatch`` in this process (empty before any CUDA backward: the
+        choice is measured per shape at run time, so a static report cannot know it)."""
+        dispatch = sys.modules.get("hotcompile.kernels.dispatch")
+        if dispatch is None:
+            return {}
+        ran = dispatch.by_layer()
+        return {lay.name: ran[lay.name] for lay in self.layers if lay.name in ran}
 
     def to_csv(self) -> str:
         """One row per layer plus a ``TOTAL`` row; nested keys flattened with dots."""
@@ -241,6 +254,11 @@ class Report:
             )
         if self.symbols:
             lines.append("symbols: " + ", ".join(f"{k} = {v}" for k, v in self.symbols.items()))
+        ran = self.kernels_ran()
+        if ran:
+            lines += ["", "CUDA kernels that ran for these layers in this process:"]
+            for name, stages in ran.items():
+                lines.append(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in stages.items()))
         if formulas:
             lines += ["", self.formulas_text()]
         return "\n".join(lines)

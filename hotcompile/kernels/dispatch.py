@@ -48,6 +48,8 @@ class Choice:
 
 _choices: dict[str, Choice] = {}
 _disk: dict[str, str] | None = None
+#: (layer, stage) -> the shape key its last call ran (see :func:`by_layer`)
+_layer_keys: dict[tuple[str, str], str] = {}
 
 
 def set_preference(impl: str) -> None:
@@ -70,6 +72,25 @@ def choices() -> dict[str, Choice]:
 def clear() -> None:
     """Forget this process's choices (the disk cache stays)."""
     _choices.clear()
+    _layer_keys.clear()
+
+
+def note(layer: str, stage: str, key: str) -> None:
+    """Record that ``layer``'s ``stage`` (e.g. ``"g_x GEMM"``) ran the shape ``key``: what
+    :func:`by_layer` reports. A key without a choice (a single-implementation kernel) is
+    reported as the key itself."""
+    if layer:
+        _layer_keys[(layer, stage)] = key
+
+
+def by_layer() -> dict[str, dict[str, str]]:
+    """Layer -> stage -> the implementation that ran in this process (CUDA only), e.g.
+    ``{"blocks.0.qkv": {"g_x quantize": "cuda", "g_x GEMM": "torch", ...}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for (layer, stage), key in _layer_keys.items():
+        c = _choices.get(key)
+        out.setdefault(layer, {})[stage] = c.impl if c is not None else key
+    return out
 
 
 def table() -> str:
@@ -144,7 +165,7 @@ def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
         cutlass = None
     aligned = all(d % 16 == 0 for d in (*a.shape, b.shape[0]))
     enabled = os.environ.get("HOTCOMPILE_CUTLASS", "1") != "0"
-    if aligned and enabled and cutlass is not None and cutlass.available():
+    if a.is_cuda and aligned and enabled and cutlass is not None and cutlass.available():
         dt = str(a.dtype).replace("torch.", "")  # CONFIGS keys: "int8", "float8_e4m3fn"
         s_b = sb if sb is not None else torch.ones((1,), dtype=torch.float32, device=a.device)
         for cfg in cutlass.CONFIGS.get(dt, []):
@@ -158,7 +179,7 @@ def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
             )
     from hotcompile.kernels import gemm_triton
 
-    if gemm_triton.supported(a, b):
+    if a.is_cuda and gemm_triton.supported(a, b):
         for i in range(len(gemm_triton.TILES)):
             cands.append(
                 (
@@ -256,18 +277,18 @@ def choose(key: str, cands: list[tuple[str, Fn]], device, out: torch.Tensor | No
             if n.split(":")[0] == pref:
                 _choices[key] = Choice(n, source="preference")
                 return n
-    capturing = torch.cuda.is_current_stream_capturing()
+    capturing = torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
     if key in _choices and _choices[key].impl in names:
         if capturing or _choices[key].source != "capture":
             return _choices[key].impl
+    if capturing or len(cands) == 1:
+        _choices[key] = Choice(names[0], source="capture" if capturing else "only candidate")
+        return names[0]
     tag_key = f"{_device_tag(device)}|{key}"
     cached = _load_disk().get(tag_key)
     if cached in names:
         _choices[key] = Choice(cached, source="disk cache")
         return cached
-    if capturing or len(cands) == 1:
-        _choices[key] = Choice(names[0], source="capture" if capturing else "only candidate")
-        return names[0]
     saved = out.clone() if out is not None else None
     timings, errors = {}, {}
     for name, fn in cands:
@@ -290,10 +311,13 @@ def scaled_gemm(
     scale_b: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float32,
     out: torch.Tensor | None = None,
+    layer: str = "",
+    stage: str = "GEMM",
 ) -> torch.Tensor:
     """``(a·bᵀ).float() · scale_a · scale_b`` in ``out_dtype`` (added into ``out`` if given) by
     the fastest implementation for this shape; see :mod:`hotcompile.kernels.gemm_triton` for
-    the operand contract (K-major int8 or float8_e4m3fn, float32 scales on the device)."""
+    the operand contract (K-major int8 or float8_e4m3fn, float32 scales on the device).
+    ``layer``/``stage`` name the call for :func:`by_layer`."""
     sa = scale_a.reshape(-1).to(torch.float32)
     sb = None if scale_b is None else scale_b.reshape(-1).to(torch.float32)
     key = _key(a, b, sa, sb, out_dtype, out)
@@ -302,4 +326,5 @@ def scaled_gemm(
         raise ValueError(f"no GEMM implementation takes {key}")
     with _lock:
         name = choose(key, cands, a.device, out)
+    note(layer, stage, key)
     return dict(cands)[name]()

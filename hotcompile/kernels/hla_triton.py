@@ -365,7 +365,8 @@ def _gw(gqt, sg, xqt, sx, block, layer, check):
     if check:
         numerics.check_scale(sg, layer, "g_w")
     # the reference's acc.float() · (s_g·s_x/16), the scale applied in the GEMM's epilogue
-    return dispatch.scaled_gemm(gqt, xqt, sg * sx / block, None, torch.float32)
+    s = sg * sx / block
+    return dispatch.scaled_gemm(gqt, xqt, s, None, torch.float32, layer=layer, stage="g_w GEMM")
 
 
 def hla_grad_weight_cuda(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check):

@@ -184,6 +184,7 @@ def hq_quantize(
     pad_rows_to: int = 1,
     block_o: int | None = None,
     sawb: bool = False,
+    layer: str = "",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding)`` on CUDA by the
     faster of the CUDA C++ kernel (``hq_cuda``, when built) and the Triton kernel
@@ -206,7 +207,9 @@ def hq_quantize(
         key = f"hq_quantize {dt} {gy.shape[0]}×{gy.shape[1]} per-{scaling} INT{bits}"
         with dispatch._lock:
             name = dispatch.choose(key, cands, gy.device)
+        dispatch.note(layer, "g_x quantize", key)
         return dict(cands)[name]()
+    dispatch.note(layer, "g_x quantize", "triton")
     return hq_quantize_triton(gy, bits, per_token, rounding, out_dtype, pad_rows_to, block_o, sawb)
 
 
@@ -326,11 +329,12 @@ def hq_grad_input_cuda(
     L, I = gy.shape[0], w.shape[1]
     fp8 = bits == 4 and I % 16 == 0 and I > 0 and _has_fp8(gy.device.index or 0)
     codes, sg = hq_quantize(
-        gy, bits, per_token, rounding, torch.float8_e4m3fn if fp8 else torch.int8, 16 if fp8 else 1
-    )
+        gy, bits, per_token, rounding, torch.float8_e4m3fn if fp8 else torch.int8,
+        16 if fp8 else 1, layer=layer,
+    )  # fmt: skip
     wt, sw = quantize_weight(w, bits, weight_scale, fp8)
     if check:
         numerics.check_scale(sg[:L], layer, "g_x")
     # the reference's dequantization (acc · s_row) · (s_w / block), fused in the GEMM's epilogue
-    out = dispatch.scaled_gemm(codes, wt, sg, sw / block, gy.dtype)
+    out = dispatch.scaled_gemm(codes, wt, sg, sw / block, gy.dtype, layer=layer, stage="g_x GEMM")
     return out[:L]
