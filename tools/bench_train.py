@@ -431,6 +431,10 @@ def run_variant(
         result["hot_layers"] = sorted({n for n, path in layers if path != "skipped"})
         result["skipped_layers"] = sorted({n for n, path in layers if path == "skipped"})
         result["graphs_compiled"] = len({id(r) for r in hotcompile.backend.RECORDS})
+        dispatch = sys.modules.get("hotcompile.kernels.dispatch")
+        if dispatch is not None:  # which CUDA implementation each layer's stages ran
+            result["kernels_ran"] = dispatch.by_layer()
+            result["kernel_choices"] = {k: c.impl for k, c in dispatch.choices().items()}
     return result
 
 
