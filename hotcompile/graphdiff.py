@@ -557,6 +557,13 @@ class GraphDiff:
             tot[which] = _byte_summary(rows)
         return tot
 
+    def kernels_ran(self) -> dict[str, dict[str, str]]:
+        """Which CUDA implementation each layer's HOT stages ran in this process (see
+        ``hotcompile.report.kernels_ran``; empty before a CUDA backward)."""
+        from hotcompile.report import kernels_ran
+
+        return kernels_ran(lay.name for lay in self.layers)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -571,6 +578,7 @@ class GraphDiff:
             "layers": [lay.to_dict() for lay in self.layers],
             "graphs": [g.to_dict() for g in self.graphs],
             "notes": self.notes,
+            "kernels_ran": self.kernels_ran(),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -1089,6 +1097,10 @@ def _render_text(d: GraphDiff, color: bool, code: bool) -> str:
             ]
         )
     out += _table(rows, ["layer", "kind", "path", "quantizer", "rule", "full-precision x"], st)
+    ran = d.kernels_ran()
+    if ran:
+        out += ["", st.bold("CUDA kernels that ran (this process)")]
+        out += [f"  {n}: " + ", ".join(f"{k} {v}" for k, v in ks.items()) for n, ks in ran.items()]
     out.append("")
     out.append(st.bold("Per layer: nodes before -> after"))
     for lay in d.layers:

@@ -22,7 +22,7 @@ import json
 import math
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import sympy
@@ -53,6 +53,18 @@ _FORMULA_OF = {
 
 
 # --------------------------------------------------------------------------- results
+
+
+def kernels_ran(names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Layer -> stage -> the implementation (CUTLASS config, Triton tile, CUDA, torch) the HOT
+    ops ran on CUDA for these layers, as ``hotcompile.kernels.dispatch`` recorded it in this
+    process — empty before any CUDA backward: the choice is measured per shape at run time,
+    so a static report or diff cannot know it beforehand."""
+    dispatch = sys.modules.get("hotcompile.kernels.dispatch")
+    if dispatch is None:
+        return {}
+    ran = dispatch.by_layer()
+    return {n: ran[n] for n in names if n in ran}
 
 
 @dataclasses.dataclass
@@ -180,15 +192,8 @@ class Report:
         }
 
     def kernels_ran(self) -> dict[str, dict[str, str]]:
-        """Layer -> stage -> implementation (CUTLASS config, Triton tile, CUDA, torch) that the
-        HOT ops ran on CUDA for this report's layers, as recorded by
-        ``hotcompile.kernels.dispatch`` in this process (empty before any CUDA backward: the
-        choice is measured per shape at run time, so a static report cannot know it)."""
-        dispatch = sys.modules.get("hotcompile.kernels.dispatch")
-        if dispatch is None:
-            return {}
-        ran = dispatch.by_layer()
-        return {lay.name: ran[lay.name] for lay in self.layers if lay.name in ran}
+        """What :func:`kernels_ran` says for this report's layers."""
+        return kernels_ran(lay.name for lay in self.layers)
 
     def to_csv(self) -> str:
         """One row per layer plus a ``TOTAL`` row; nested keys flattened with dots."""

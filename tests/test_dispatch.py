@@ -61,3 +61,13 @@ def test_cpu_tensors_take_the_torch_path_without_timing():
     (c,) = dispatch.choices().values()
     assert c.impl == "torch" and c.source == "only candidate"
     dispatch.clear()
+
+
+def test_diff_shows_the_kernels_that_ran(torch_preference):
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+    d = hotcompile.diff(model, torch.randn(4, 8, 32))
+    assert d.kernels_ran() == {} and "CUDA kernels that ran" not in d.to_text(color=False)
+    name = d.layers[0].name
+    dispatch.note(name, "g_w GEMM", "cutlass:1")
+    assert f"{name}: g_w GEMM cutlass:1" in d.to_text(color=False)
+    assert d.to_dict()["kernels_ran"] == {name: {"g_w GEMM": "cutlass:1"}}
