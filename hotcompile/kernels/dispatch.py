@@ -177,9 +177,10 @@ def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
                     ),
                 )
             )
-    from hotcompile.kernels import gemm_triton
-
-    if a.is_cuda and gemm_triton.supported(a, b):
+    gemm_triton = None
+    if a.is_cuda:  # (CPU-only installs have no Triton to import)
+        from hotcompile.kernels import gemm_triton
+    if gemm_triton is not None and gemm_triton.supported(a, b):
         for i in range(len(gemm_triton.TILES)):
             cands.append(
                 (
