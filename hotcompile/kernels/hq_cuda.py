@@ -71,6 +71,20 @@ def supported(gy: torch.Tensor, rounding: str, out_dtype: torch.dtype) -> bool:
     )
 
 
+def outputs(
+    gy: torch.Tensor, per_token: bool, out_dtype: torch.dtype, pad_rows_to: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(gy with unit column stride, codes [padded(L, pad_rows_to), padded(O, 16)], scales
+    [L_out] or [1])``: the output contract both quantize implementations fill."""
+    if gy.stride(-1) != 1:
+        gy = gy.contiguous()
+    L, O = gy.shape
+    o_pad, l_out = padded(O, 16), padded(L, pad_rows_to)
+    codes = torch.empty((l_out, o_pad), dtype=out_dtype, device=gy.device)
+    scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
+    return gy, codes, scales
+
+
 def hq_quantize(
     gy: torch.Tensor,
     bits: int,
@@ -80,12 +94,7 @@ def hq_quantize(
     pad_rows_to: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(codes [L_out, O_pad], scales)`` exactly as ``hq_triton.hq_quantize`` returns them."""
-    if gy.stride(-1) != 1:
-        gy = gy.contiguous()
-    L, O = gy.shape
-    o_pad, l_out = padded(O, 16), padded(L, pad_rows_to)
-    codes = torch.empty((l_out, o_pad), dtype=out_dtype, device=gy.device)
-    scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
+    gy, codes, scales = outputs(gy, per_token, out_dtype, pad_rows_to)
     amax = torch.zeros((1,), dtype=torch.int32, device=gy.device)
     mod = EXTENSION.module
     if mod is None or not supported(gy, rounding, out_dtype):

@@ -24,7 +24,6 @@ import triton
 import triton.language as tl
 
 from hotcompile import lqs, numerics
-from hotcompile.hadamard import padded
 from hotcompile.kernels import dispatch, hq_cuda
 from hotcompile.kernels.hla_triton import hla_quantize as _hla_quantize
 from hotcompile.kernels.rounding import codes, sawb_scale
@@ -236,12 +235,9 @@ def hq_quantize_triton(
     q = qmax(bits)
     if out_dtype == torch.float8_e4m3fn and q > 16:
         raise ValueError("INT8 codes are not exact in float8_e4m3fn: use int8")
-    if gy.stride(-1) != 1:
-        gy = gy.contiguous()
+    gy, codes, scales = hq_cuda.outputs(gy, per_token, out_dtype, pad_rows_to)
     L, O = gy.shape
-    o_pad, l_out = padded(O, 16), padded(L, pad_rows_to)
-    codes = torch.empty((l_out, o_pad), dtype=out_dtype, device=gy.device)
-    scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
+    l_out, o_pad = codes.shape
     if l_out == 0 or o_pad == 0:
         if not per_token:
             scales.zero_()
