@@ -449,6 +449,19 @@ def _free(device: torch.device) -> None:
 # ----------------------------------------------------------------------------- targets
 
 
+def _ratio_target(ratio: float, limit: float, base_bytes: float) -> dict[str, Any]:
+    """A "hot / inductor bytes ≤ limit" target: met, or by how many bytes it is missed."""
+    return {
+        "target": f"<= {limit} (>= {1 - limit:.0%} lower)",
+        "value": ratio,
+        "met": ratio <= limit,
+        "miss": None
+        if ratio <= limit
+        else f"{1 - ratio:.1%} lower vs >= {1 - limit:.0%} target "
+        f"({fmt_bytes((ratio - limit) * base_bytes)} short)",
+    }
+
+
 def _targets(base: dict[str, Any], hot: dict[str, Any]) -> dict[str, Any]:
     """Ratios hot/inductor and, per target, whether it is met and by how much it is missed."""
     out: dict[str, Any] = {}
@@ -470,27 +483,11 @@ def _targets(base: dict[str, Any], hot: dict[str, Any]) -> dict[str, Any]:
     act_base = base["saved_act_bytes"] - base.get("saved_param_shaped_bytes", 0)
     act_hot = hot["saved_act_bytes"] - hot.get("saved_param_shaped_bytes", 0)
     out["saved_act_ratio_excl_param_shaped"] = act_hot / act_base if act_base > 0 else None
-    out["saved_act_target"] = {
-        "target": f"<= {TARGET_SAVED_RATIO} (>= {1 - TARGET_SAVED_RATIO:.0%} lower)",
-        "value": saved,
-        "met": saved <= TARGET_SAVED_RATIO,
-        "miss": None
-        if saved <= TARGET_SAVED_RATIO
-        else f"{1 - saved:.1%} lower vs >= {1 - TARGET_SAVED_RATIO:.0%} target "
-        f"({fmt_bytes((saved - TARGET_SAVED_RATIO) * base['saved_act_bytes'])} short)",
-    }
+    out["saved_act_target"] = _ratio_target(saved, TARGET_SAVED_RATIO, base["saved_act_bytes"])
     if base.get("peak_bytes") and hot.get("peak_bytes"):
         peak = hot["peak_bytes"] / base["peak_bytes"]
         out["peak_memory_ratio"] = peak
-        out["peak_memory_target"] = {
-            "target": f"<= {TARGET_PEAK_RATIO} (>= {1 - TARGET_PEAK_RATIO:.0%} lower)",
-            "value": peak,
-            "met": peak <= TARGET_PEAK_RATIO,
-            "miss": None
-            if peak <= TARGET_PEAK_RATIO
-            else f"{1 - peak:.1%} lower vs >= {1 - TARGET_PEAK_RATIO:.0%} target "
-            f"({fmt_bytes((peak - TARGET_PEAK_RATIO) * base['peak_bytes'])} short)",
-        }
+        out["peak_memory_target"] = _ratio_target(peak, TARGET_PEAK_RATIO, base["peak_bytes"])
     else:
         out["peak_memory_ratio"] = None
         out["peak_memory_target"] = {
