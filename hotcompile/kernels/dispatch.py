@@ -106,7 +106,18 @@ def table() -> str:
 Fn = Callable[[], torch.Tensor]
 
 
+def _dequant(r: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor | None) -> torch.Tensor:
+    """``(r · s_a) · s_b`` (row vector or scalar, then column vector, scalar or none): the
+    reference's dequantization order, for the candidates without a fused epilogue."""
+    r = r * (sa[:, None] if sa.numel() > 1 else sa)
+    if sb is not None:
+        r = r * (sb[None, :] if sb.numel() > 1 else sb)
+    return r
+
+
 def _torch_impl(a, b, sa, sb, out_dtype, out) -> Fn | None:
+    """torch's own kernels; the scale tensors they need are built inside the returned
+    function, so nothing is allocated for a candidate that is not the one run."""
     M, K = a.shape
     N = b.shape[0]
     if a.dtype == torch.int8:
@@ -114,33 +125,29 @@ def _torch_impl(a, b, sa, sb, out_dtype, out) -> Fn | None:
             return None
 
         def run() -> torch.Tensor:
-            r = torch._int_mm(a, b.t()).to(torch.float32) * (sa[:, None] if sa.numel() > 1 else sa)
-            if sb is not None:
-                r = r * (sb[None, :] if sb.numel() > 1 else sb)
-            return _finish(r, out_dtype, out)
+            return _finish(
+                _dequant(torch._int_mm(a, b.t()).to(torch.float32), sa, sb), out_dtype, out
+            )
 
         return run
     if not (M % 16 == 0 and K % 16 == 0 and N % 16 == 0):
         return None
     rowwise = sa.numel() > 1 or (sb is not None and sb.numel() > 1)
     if rowwise and out_dtype == torch.bfloat16 and out is None:
-        # row-wise scales fused in cuBLAS's epilogue (bf16 output only)
-        scale_b = sb if sb is not None else torch.ones((), device=a.device)
-        s_a = sa.reshape(-1, 1).expand(M, 1).contiguous()
-        s_b = scale_b.reshape(1, -1).expand(1, N).contiguous()
 
         def run_rowwise() -> torch.Tensor:
+            # row-wise scales fused in cuBLAS's epilogue (bf16 output only)
+            scale_b = sb if sb is not None else torch.ones((), device=a.device)
+            s_a = sa.reshape(-1, 1).expand(M, 1).contiguous()
+            s_b = scale_b.reshape(1, -1).expand(1, N).contiguous()
             return torch._scaled_mm(a, b.t(), scale_a=s_a, scale_b=s_b, out_dtype=out_dtype)
 
         return run_rowwise
-    one = torch.ones((), dtype=torch.float32, device=a.device)
 
     def run_fp8() -> torch.Tensor:
+        one = torch.ones((), dtype=torch.float32, device=a.device)
         r = torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
-        r = r * (sa[:, None] if sa.numel() > 1 else sa)
-        if sb is not None:
-            r = r * (sb[None, :] if sb.numel() > 1 else sb)
-        return _finish(r, out_dtype, out)
+        return _finish(_dequant(r, sa, sb), out_dtype, out)
 
     return run_fp8
 
@@ -167,7 +174,7 @@ def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
     enabled = os.environ.get("HOTCOMPILE_CUTLASS", "1") != "0"
     if a.is_cuda and aligned and enabled and cutlass is not None and cutlass.available():
         dt = str(a.dtype).replace("torch.", "")  # CONFIGS keys: "int8", "float8_e4m3fn"
-        s_b = sb if sb is not None else torch.ones((1,), dtype=torch.float32, device=a.device)
+        s_b = sb if sb is not None else 1.0  # the wrapper takes a float for "no column scale"
         for cfg in cutlass.CONFIGS.get(dt, []):
             cands.append(
                 (
