@@ -96,3 +96,14 @@ def load_tool(script: str) -> types.ModuleType:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def skip_module_without_cuda_triton() -> None:
+    """Skip the calling test module (at import, before it imports the Triton kernels) unless
+    a CUDA GPU and Triton are both there: the GPU kernel test files start with it."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU", allow_module_level=True)
+    from torch.utils._triton import has_triton
+
+    if not has_triton():
+        pytest.skip("needs Triton", allow_module_level=True)

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import skip_module_without_cuda_triton
 
 pytestmark = [pytest.mark.gpu]
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
-from torch.utils._triton import has_triton  # noqa: E402
-
-if not has_triton():
-    pytest.skip("needs Triton", allow_module_level=True)
+skip_module_without_cuda_triton()
 
 from hotcompile.kernels import dispatch, gemm_triton  # noqa: E402
 

@@ -9,17 +9,13 @@ import contextlib
 
 import pytest
 import torch
+from conftest import skip_module_without_cuda_triton
 
 from hotcompile.hla import hla_transform
 from hotcompile.quant import quantize
 
 pytestmark = [pytest.mark.gpu]
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
-from torch.utils._triton import has_triton  # noqa: E402
-
-if not has_triton():
-    pytest.skip("needs Triton", allow_module_level=True)
+skip_module_without_cuda_triton()
 
 from hotcompile import kernels, numerics  # noqa: E402
 from hotcompile import ops as hops  # noqa: E402
