@@ -14,6 +14,7 @@ one GPU call says which part of HOT (a kernel family, LQS, HLA, the head) is res
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
 import pathlib
@@ -121,7 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         out = pathlib.Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        info = {"device": str(args.device), "torch": torch.__version__, "rows": rows}
+        info = {
+            "device": str(args.device),
+            "torch": torch.__version__,
+            "date": datetime.date.today().isoformat(),
+            "command": "python3 tools/repros/gpt2_nan.py " + " ".join(sys.argv[1:]),
+            "rows": rows,
+        }
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name()
         (out / "gpt2_nan.json").write_text(json.dumps(info, indent=1, default=str))
