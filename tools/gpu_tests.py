@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import pathlib
 import platform
 import re
@@ -36,6 +37,8 @@ def _gpu_files() -> list[str]:
 
 
 def _commit() -> str:
+    if os.environ.get("HOTCOMPILE_COMMIT"):  # a `git archive` snapshot has no .git
+        return os.environ["HOTCOMPILE_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -58,6 +61,42 @@ def _build() -> list[str]:
         except Exception as e:  # noqa: BLE001 - recorded, the tests still run
             lines.append(f"- {name}: {type(e).__name__}: {e}")
     return lines
+
+
+def _write_report(out, builds, rows, details, pytest_args) -> str:
+    """Write gpu_tests.md (after every file, so a run cut short still leaves its rows)."""
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "absent"
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+    report = [
+        "# hotcompile's GPU tests on a GPU machine (tools/gpu_tests.py)",
+        "",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
+        f"- commit: {_commit()}",
+        f"- device: {device}",
+        f"- torch: {torch.__version__} (CUDA {torch.version.cuda}), triton {triton_version}",
+        f"- python: {platform.python_version()}",
+        f"- extra pytest args: `{' '.join(pytest_args)}`"
+        if pytest_args
+        else "- extra pytest args: none",
+        "",
+        "JIT builds before the tests:",
+        "",
+        *builds,
+        "",
+        "| file | result | seconds |",
+        "|---|---|---|",
+        *rows,
+        "",
+        *(["## Failures and skips", "", *details] if details else []),
+    ]
+    text = "\n".join(report) + "\n"
+    (out / "gpu_tests.md").write_text(text)
+    return text
 
 
 def main() -> int:
@@ -101,37 +140,8 @@ def main() -> int:
             details += [f"### {target}", "", "```", *bad[:60], "```", ""]
         status = status or (rc != 0)
         print(f"{target}: {line} ({dt:.0f} s)", flush=True)
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "absent"
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
-    report = [
-        "# hotcompile's GPU tests on a GPU machine (tools/gpu_tests.py)",
-        "",
-        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
-        f"- commit: {_commit()}",
-        f"- device: {device}",
-        f"- torch: {torch.__version__} (CUDA {torch.version.cuda}), triton {triton_version}",
-        f"- python: {platform.python_version()}",
-        f"- extra pytest args: `{' '.join(pytest_args)}`"
-        if pytest_args
-        else "- extra pytest args: none",
-        "",
-        "JIT builds before the tests:",
-        "",
-        *builds,
-        "",
-        "| file | result | seconds |",
-        "|---|---|---|",
-        *rows,
-        "",
-        *(["## Failures and skips", "", *details] if details else []),
-    ]
-    (out / "gpu_tests.md").write_text("\n".join(report) + "\n")
-    print("\n".join(report))
+        _write_report(out, builds, rows, details, pytest_args)
+    print(_write_report(out, builds, rows, details, pytest_args))
     return int(status)
 
 

@@ -66,7 +66,8 @@ def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
     tok = torch.randint(50257, (batch, ctx + 1), generator=g).to(dev)
     x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
     res = {"variant": name, "options": opts, "first_bad_step": None, "first_bad": None}
-    losses = []
+    losses: list[float] = []
+    gmax: list[float] = []
     t0 = time.perf_counter()
     for step in range(args.steps):
         opt.zero_grad(set_to_none=True)
@@ -74,6 +75,14 @@ def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
             loss = c(x, y)
         loss.backward()
         losses.append(loss.item())
+        # the largest finite gradient entry per step: a blow-up before the NaN shows here
+        gmax.append(
+            max(
+                (p.grad.float().nan_to_num(0, 0, 0).abs().max().item() for p in m.parameters()
+                 if p.grad is not None),
+                default=0.0,
+            )
+        )  # fmt: skip
         bad = [
             n for n, p in m.named_parameters() if p.grad is not None and not p.grad.isfinite().all()
         ]
@@ -83,15 +92,31 @@ def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
                 "loss" if not torch.isfinite(loss) else bad[-1]
             )  # last = nearest the loss
             res["nonfinite_params"] = len(bad)
+            res["nonfinite_first_last"] = bad[:3] + bad[-3:]
             break
         opt.step()
     res["losses"] = losses
+    res["max_abs_grad"] = gmax
     res["seconds"] = time.perf_counter() - t0
     del m, c, opt
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     return res
+
+
+def _write(out: pathlib.Path, args: argparse.Namespace, rows: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    info = {
+        "device": str(args.device),
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+        "command": "python3 tools/repros/gpt2_nan.py " + " ".join(sys.argv[1:]),
+        "rows": rows,
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    (out / "gpt2_nan.json").write_text(json.dumps(info, indent=1, default=str))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
     args = ap.parse_args(argv)
-    rows = []
+    rows: list[dict] = []
     for name in args.variants.split(","):
         try:
             r = run(name, VARIANTS[name], args)
@@ -119,19 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             f"non-finite at step {bad}: {r['first_bad']}" if bad is not None else "finite"
         )
         print(f"{name:20s} {what}", flush=True)
-    if args.out:
-        out = pathlib.Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        info = {
-            "device": str(args.device),
-            "torch": torch.__version__,
-            "date": datetime.date.today().isoformat(),
-            "command": "python3 tools/repros/gpt2_nan.py " + " ".join(sys.argv[1:]),
-            "rows": rows,
-        }
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name()
-        (out / "gpt2_nan.json").write_text(json.dumps(info, indent=1, default=str))
+        if args.out:  # after every variant: a run cut short keeps what it found
+            _write(pathlib.Path(args.out), args, rows)
     return 0
 
 
