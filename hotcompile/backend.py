@@ -171,10 +171,11 @@ class HotBackend:
         self.probe_hla = False
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-        if self.config.kernels != "auto":
-            from hotcompile.kernels import dispatch
+        # every compile sets the family (also "auto"): the choice is process-wide, and a
+        # preference left behind by an earlier model's compile must not leak into this one
+        from hotcompile.kernels import dispatch
 
-            dispatch.set_preference(self.config.kernels)
+        dispatch.set_preference(self.config.kernels)
         layers = rewrite(gm, self.config, example_inputs, probe_hla=self.probe_hla)
         _counter["graphs"] += 1
         record = CompileRecord(_counter["graphs"], self.config, layers, len(example_inputs))

@@ -71,3 +71,19 @@ def test_diff_shows_the_kernels_that_ran(torch_preference):
     dispatch.note(name, "g_w GEMM", "cutlass:1")
     assert f"{name}: g_w GEMM cutlass:1" in d.to_text(color=False)
     assert d.to_dict()["kernels_ran"] == {name: {"g_w GEMM": "cutlass:1"}}
+
+
+def test_a_compile_does_not_inherit_an_earlier_kernels_choice():
+    """``options={"kernels": ...}`` is process-wide in the dispatcher: each compile sets its
+    own (also "auto"), so a forced family from an earlier model does not leak into the next."""
+    before = dispatch.preference()
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 16))
+        x = torch.randn(4, 8, 32)
+        torch.compile(model, backend="hot", options={"kernels": "torch"})(x).sum().backward()
+        assert dispatch.preference() == "torch"
+        torch._dynamo.reset()
+        torch.compile(model, backend="hot")(x).sum().backward()
+        assert dispatch.preference() == "auto"
+    finally:
+        dispatch.set_preference(before)

@@ -287,7 +287,8 @@ def choose(key: str, cands: list[tuple[str, Fn]], device, out: torch.Tensor | No
                 return n
     capturing = torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
     if key in _choices and _choices[key].impl in names:
-        if capturing or _choices[key].source != "capture":
+        # a forced choice is not a measurement: once the preference is back to "auto", measure
+        if capturing or _choices[key].source not in ("capture", "preference"):
             return _choices[key].impl
     if capturing or len(cands) == 1:
         _choices[key] = Choice(names[0], source="capture" if capturing else "only candidate")

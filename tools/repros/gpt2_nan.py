@@ -9,11 +9,14 @@ one GPU call says which part of HOT (a kernel family, LQS, HLA, the head) is res
 
     python3 tools/repros/gpt2_nan.py --out DIR            # on a CUDA GPU, ~3-5 minutes
     python3 tools/repros/gpt2_nan.py --small --device cpu # a small model on CPU (smoke test)
+    python3 tools/repros/gpt2_nan.py --shadow --steps 3   # which layer's kernel departs from
+                                                          # the reference (kernels.shadow)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import json
@@ -29,6 +32,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from bench_train import GPT2, WithLoss  # noqa: E402
 
 import hotcompile  # noqa: E402,F401
+from hotcompile import lqs  # noqa: E402
 
 #: name -> hotcompile options (None: plain inductor, the reference)
 VARIANTS: dict[str, dict | None] = {
@@ -46,6 +50,7 @@ VARIANTS: dict[str, dict | None] = {
 
 def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
     torch._dynamo.reset()
+    lqs.reset()  # the layer names repeat across variants: each starts from a fresh LQS state
     torch.manual_seed(0)
     dev = torch.device(args.device)
     if args.small:
@@ -66,6 +71,12 @@ def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
     tok = torch.randint(50257, (batch, ctx + 1), generator=g).to(dev)
     x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
     res = {"variant": name, "options": opts, "first_bad_step": None, "first_bad": None}
+    shadowing = args.shadow and opts is not None and dev.type == "cuda"
+    if shadowing:  # every CUDA kernel call of the HOT ops also runs the reference
+        from hotcompile.kernels import shadow
+
+        shadow.clear()
+        shadow.enable()
     losses: list[float] = []
     gmax: list[float] = []
     t0 = time.perf_counter()
@@ -95,6 +106,11 @@ def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
             res["nonfinite_first_last"] = bad[:3] + bad[-3:]
             break
         opt.step()
+    if shadowing:
+        shadow.disable()
+        res["shadow"] = [dataclasses.asdict(r) for r in shadow.records()[:16]]
+        res["shadow_table"] = shadow.table(16)
+        print(f"--- {name}: kernels vs reference, worst first\n{res['shadow_table']}", flush=True)
     res["losses"] = losses
     res["max_abs_grad"] = gmax
     res["seconds"] = time.perf_counter() - t0
@@ -129,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument(
         "--small", action="store_true", help="a 2-block, 64-wide GPT-2 (CPU smoke test)"
+    )
+    ap.add_argument(
+        "--shadow",
+        action="store_true",
+        help="run every CUDA kernel call next to the reference (hotcompile.kernels.shadow) "
+        "and report per layer how far the kernels are from it",
     )
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
     args = ap.parse_args(argv)
