@@ -170,8 +170,11 @@ def clear() -> None:
 
 
 def records() -> list[Record]:
-    """Every (layer, op) seen, worst relative error first."""
-    return sorted(_records.values(), key=lambda r: -r.max_rel_err)
+    """Every (layer, op) seen, worst first: mismatches, then calls whose kernel output had
+    non-finite values, then by relative error."""
+    return sorted(
+        _records.values(), key=lambda r: (not r.bad, -r.kernel_nonfinite, -r.max_rel_err)
+    )
 
 
 def table(limit: int | None = None) -> str:

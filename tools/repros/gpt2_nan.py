@@ -108,8 +108,8 @@ def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
         opt.step()
     if shadowing:
         shadow.disable()
-        res["shadow"] = [dataclasses.asdict(r) for r in shadow.records()[:16]]
-        res["shadow_table"] = shadow.table(16)
+        res["shadow"] = [dataclasses.asdict(r) for r in shadow.records()]
+        res["shadow_table"] = shadow.table(24)
         print(f"--- {name}: kernels vs reference, worst first\n{res['shadow_table']}", flush=True)
     res["losses"] = losses
     res["max_abs_grad"] = gmax
