@@ -62,3 +62,13 @@ def test_lqs_state_advances_once_per_call():
     assert lqs._STATES[key].steps == 3
     (rec,) = shadow.records()
     assert rec.calls == 1 and rec.op.startswith("hq_grad_input[per_")
+
+
+def test_records_say_whether_a_nan_came_in():
+    shadow.clear()
+    gy, w = _inputs()
+    gy[0, 0] = float("nan")
+    shadow._wrap_hq(ops.hq_grad_input._init_fn)(gy, w, *ARGS)
+    (rec,) = shadow.records()
+    assert rec.kernel_nonfinite == rec.reference_nonfinite == 32  # the NaN row
+    assert rec.inputs.split()[0].startswith("1/") and rec.inputs.split()[1].startswith("0/")

@@ -47,6 +47,9 @@ class Record:
     reference_nonfinite: int = 0
     kernel_max_abs: float = 0.0
     reference_max_abs: float = 0.0
+    #: per tensor input, "non-finite count / largest finite |value|", of the worst call: says
+    #: whether a non-finite result was made by this op or came in with its inputs
+    inputs: str = ""
 
     @property
     def bad(self) -> bool:
@@ -57,7 +60,21 @@ _records: dict[tuple[str, str], Record] = {}
 _active = False
 
 
-def _compare(layer: str, op: str, shape: str, k: torch.Tensor, r: torch.Tensor) -> None:
+def _stats(t: torch.Tensor) -> str:
+    t = t.detach().float()
+    finite = torch.isfinite(t)
+    top = torch.where(finite, t, 0).abs().max().item() if t.numel() else 0.0
+    return f"{int((~finite).sum().item())}/{top:.3g}"
+
+
+def _compare(
+    layer: str,
+    op: str,
+    shape: str,
+    k: torch.Tensor,
+    r: torch.Tensor,
+    inputs: tuple[torch.Tensor, ...] = (),
+) -> None:
     k, r = k.detach().float(), r.detach().float()
     kf, rf = torch.isfinite(k), torch.isfinite(r)
     both = kf & rf
@@ -66,8 +83,9 @@ def _compare(layer: str, op: str, shape: str, k: torch.Tensor, r: torch.Tensor) 
     rel = diff / ref_norm if ref_norm > 0 else (0.0 if diff == 0 else float("inf"))
     rec = _records.setdefault((layer, op), Record(layer, op, shape))
     rec.calls += 1
-    if rel >= rec.max_rel_err:
-        rec.max_rel_err, rec.shape = rel, shape
+    if rel >= rec.max_rel_err or (not kf.all() and not rec.inputs):
+        rec.max_rel_err, rec.shape = max(rel, rec.max_rel_err), shape
+        rec.inputs = " ".join(_stats(t) for t in inputs if isinstance(t, torch.Tensor))
     rec.kernel_nonfinite = max(rec.kernel_nonfinite, int((~kf).sum().item()))
     rec.reference_nonfinite = max(rec.reference_nonfinite, int((~rf).sum().item()))
     rec.kernel_max_abs = max(rec.kernel_max_abs, torch.where(kf, k, 0).abs().max().item())
@@ -93,7 +111,7 @@ def _wrap_hq(kernel: Callable) -> Callable:
             ref = ops.hq_grad_input._init_fn(
                 gy, w, b, s, rounding, weight_scale, block, layer, "", False
             )
-            _compare(layer, f"hq_grad_input[{s}, INT{b}]", _shape(gy, w), out, ref)
+            _compare(layer, f"hq_grad_input[{s}, INT{b}]", _shape(gy, w), out, ref, (gy, w))
         return out
 
     return run
@@ -104,7 +122,7 @@ def _wrap_hla(kernel: Callable, name: str) -> Callable:
         out = kernel(*args)
         ref = getattr(ops, name)._init_fn(*args)
         layer = args[-2]
-        _compare(layer, name, _shape(args[0], args[1]), out, ref)
+        _compare(layer, name, _shape(args[0], args[1]), out, ref, args)
         return out
 
     return run
@@ -115,7 +133,8 @@ def _wrap_abc(kernel: Callable) -> Callable:
         codes, scale = kernel(x, grid_w, rows, block, bits, rounding)
         rc, rs = ops.abc_compress._init_fn(x, grid_w, rows, block, bits, rounding)
         # no layer name reaches abc_compress: key the record by shape
-        _compare("", "abc_compress codes·scale", _shape(x), codes.float() * scale, rc.float() * rs)
+        k, r = codes.float() * scale, rc.float() * rs
+        _compare("", "abc_compress codes·scale", _shape(x), k, r, (x,))
         return codes, scale
 
     return run
@@ -172,9 +191,7 @@ def clear() -> None:
 def records() -> list[Record]:
     """Every (layer, op) seen, worst first: mismatches, then calls whose kernel output had
     non-finite values, then by relative error."""
-    return sorted(
-        _records.values(), key=lambda r: (not r.bad, -r.kernel_nonfinite, -r.max_rel_err)
-    )
+    return sorted(_records.values(), key=lambda r: (not r.bad, -r.kernel_nonfinite, -r.max_rel_err))
 
 
 def table(limit: int | None = None) -> str:
@@ -182,13 +199,14 @@ def table(limit: int | None = None) -> str:
     rows = records()[:limit]
     lines = [
         "| layer | op | shape (worst call) | calls | rel. error | non-finite kernel/ref | "
-        "max abs kernel/ref | |",
-        "|---|---|---|---|---|---|---|---|",
+        "max abs kernel/ref | inputs: non-finite/max abs | |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r.layer or '-'} | {r.op} | {r.shape} | {r.calls} | {r.max_rel_err:.2e} | "
             f"{r.kernel_nonfinite}/{r.reference_nonfinite} | "
-            f"{r.kernel_max_abs:.3g}/{r.reference_max_abs:.3g} | {'MISMATCH' if r.bad else ''} |"
+            f"{r.kernel_max_abs:.3g}/{r.reference_max_abs:.3g} | {r.inputs} | "
+            f"{'MISMATCH' if r.bad else ''} |"
         )
     return "\n".join(lines)
