@@ -107,3 +107,21 @@ def test_summary_and_targets_follow_the_numbers():
     md = acc.markdown(rows, targets, env)
     assert "| cnn | hot | accuracy | 96.67 ± 0.58 | -2.00 pt |" in md
     assert "missed by 1.50" in md
+
+
+def test_pilot_plan_calibrates_a_copy_and_decides_hla_per_layer():
+    """``hot_plan``'s pilot trains a copy (the model keeps its initial weights, so every variant
+    of a seed starts equal) and returns a plan with an HLA decision and e_hla per HLA layer."""
+    torch.set_flush_denormal(True)
+    text = acc.load_text("lib", "train", max_bytes=100_000)
+    torch.manual_seed(0)
+    model = acc.ByteLM(dim=32, depth=1, heads=2, ctx=32)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    gen = torch.Generator().manual_seed(0)
+    plan = acc.pilot_plan(model, acc.batches(text, 32, 8, gen), 5e-3, acc._lm_loss, steps=5)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    decided = acc.plan_summary(plan)
+    assert {"blocks.0.qkv", "blocks.0.fc1", "head"} <= set(decided)
+    for layer, d in decided.items():
+        assert isinstance(d["hla"], bool) and d["e_hla"] is not None, (layer, d)
+        assert d["hla"] == (d["e_hla"] <= 0.6)  # the default hla_threshold

@@ -22,9 +22,11 @@ Variants: ``fp32`` (plain compile), ``bf16`` (plain compile under CPU bf16 autoc
 (defaults), ``hot_no_lqs`` (per-tensor g_x scaling), ``hot_exact_gw`` (no HLA, unquantized
 g_w: only the g_x path is approximated), ``hot_no_hla`` (HLA off: INT8 g_w without the
 projection, the setting language models need today), ``naive_int4`` (per-tensor INT4 on both
-backward paths, no Hadamard, no HLA). LoRA variants: ``lora`` (plain), ``lora_hot_base`` (HOT
-on the frozen base only, which gets only the g_x path), ``lora_hot_all`` (HOT on the adapters
-too).
+backward paths, no Hadamard, no HLA), ``hot_plan`` (HOT with the per-layer HLA choice and LQS
+quantizers of ``hotcompile.calibrate`` run on the model of a 60-step FP32 pilot, then training
+from the seed's initial weights with ``options={"plan": plan}``). LoRA variants: ``lora``
+(plain), ``lora_hot_base`` (HOT on the frozen base only, which gets only the g_x path),
+``lora_hot_all`` (HOT on the adapters too).
 
 ``--gpu-lm`` is a separate mode for a CUDA GPU (issue 5): the same byte LM scaled up to ~32 M
 parameters, a fixed budget of ~10 M training bytes, HOT vs plain compile both under bf16
@@ -76,7 +78,13 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_exact_gw": {"hla": False, "gw_bits": None},
     "hot_no_hla": {"hla": False},  # INT8 g_w without HLA's projection
     "naive_int4": {"hadamard": False, "hla": False, "gw_bits": 4, "gx_scaling": "per_tensor"},
+    # HOT defaults + a plan from ``hotcompile.calibrate`` after a short FP32 pilot (per-layer
+    # HLA choice and LQS quantizers decided ahead of training; see ``pilot_plan``)
+    "hot_plan": {},
 }
+#: FP32 steps of the pilot whose model ``hot_plan`` calibrates on (docs/numerics.md: the byte
+#: LM's gradients stop being smooth along the sequence after 30-60 steps)
+PILOT_STEPS = 60
 LORA_VARIANTS: dict[str, dict[str, Any] | None] = {
     "lora": None,
     "lora_hot_base": {"exclude": ("*lora*",)},
@@ -383,6 +391,39 @@ def layer_plan(backend: Any) -> list[dict[str, str]]:
     return [{k: str(v) for k, v in d.items()} for d in seen.values()]
 
 
+def pilot_plan(
+    model: nn.Module,
+    batch_iter: Iterator,
+    lr: float,
+    loss_fn: Callable,
+    steps: int = PILOT_STEPS,
+) -> Any:
+    """``hot_plan``'s plan: train a copy of ``model`` in FP32 (eager) for ``steps`` steps, then
+    ``hotcompile.calibrate`` on the copy with the next batch. ``model`` itself is untouched, so
+    HOT training starts from the seed's initial weights with decisions made on gradients that
+    look like training's rather than initialisation's."""
+    import copy
+
+    import hotcompile
+
+    pilot = copy.deepcopy(model)
+    _fit(pilot, pilot, "fp32", batch_iter, steps, lr, loss_fn, steps, lambda n: None)
+    x, y = next(batch_iter)
+    return hotcompile.calibrate(pilot, x, lambda out: loss_fn(out, y))
+
+
+def plan_summary(plan: Any) -> dict[str, Any]:
+    """What a plan decided, for the JSON: per layer the quantizer, HLA kept or not, e_hla."""
+    return {
+        e.layer: {
+            "quantizer": e.quantizer,
+            "hla": e.hla,
+            "e_hla": None if e.e_hla is None else round(e.e_hla, 3),
+        }
+        for e in plan.entries
+    }
+
+
 def run_one(
     task: str,
     variant: str,
@@ -404,6 +445,15 @@ def run_one(
         xtr, ytr, xte, yte = load_digits_split(0)  # the demo's fixed split
         torch.manual_seed(seed)
         model = MODELS[task]()
+        if variant == "hot_plan":
+            pgen = torch.Generator().manual_seed(10_000 + seed)
+            epochs = settings.cnn_epochs if task == "cnn" else settings.vit_epochs
+            steps = min(PILOT_STEPS, epochs * math.ceil(len(xtr) / 64))  # --quick: fewer
+            plan = pilot_plan(
+                model, _digits_batches(xtr, ytr, 64, pgen), 3e-3, F.cross_entropy, steps
+            )
+            options = {**options, "plan": plan}
+            extra["plan_decisions"] = plan_summary(plan)
         compiled, backend = compile_variant(model, variant, options)
         epochs = settings.cnn_epochs if task == "cnn" else settings.vit_epochs
         steps = epochs * math.ceil(len(xtr) / 64)
@@ -434,6 +484,12 @@ def run_one(
             steps, lr = s.lora_steps, 3e-3
         extra["params"] = sum(p.numel() for p in model.parameters())
         extra["trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        if variant == "hot_plan":
+            pgen = torch.Generator().manual_seed(10_000 + seed)
+            pilot_batches = batches(train_text, s.lm_ctx, s.lm_batch, pgen)
+            plan = pilot_plan(model, pilot_batches, lr, _lm_loss, min(PILOT_STEPS, steps))
+            options = {**options, "plan": plan}
+            extra["plan_decisions"] = plan_summary(plan)
         compiled, backend = compile_variant(model, variant, options)
         gen = torch.Generator().manual_seed(seed)
         curve = _fit(
@@ -1341,6 +1397,8 @@ what each variant is (all through torch.compile):
   hot_no_lqs    HOT with per-tensor g_x scaling everywhere (LQS off)
   hot_exact_gw  HOT's g_x path only: HLA off, g_w unquantized
   hot_no_hla    HOT with HLA off (INT8 g_w without the projection; ABC saves INT8 x, all rows)
+  hot_plan      HOT with hotcompile.calibrate's per-layer plan (HLA kept only where its g_w
+                error is <= hla_threshold), calibrated after a 60-step FP32 pilot
   naive_int4    per-tensor INT4 on both backward paths, no Hadamard, no HLA
   lora tasks:   lora (plain) / lora_hot_base (HOT on frozen base only) / lora_hot_all
 
