@@ -89,10 +89,12 @@ def test_summary_and_targets_follow_the_numbers():
         *(_run("cnn", "naive_int4", s, v) for s, v in enumerate([0.90, 0.91, 0.89])),
         *(_run("lm", "fp32", s, v) for s, v in enumerate([2.00, 2.02])),
         *(_run("lm", "hot", s, v) for s, v in enumerate([2.01, 2.03])),
+        *(_run("lm", "hot_plan", s, v) for s, v in enumerate([2.10, 2.12])),
     ]
     rows = acc.summarize(runs)
     assert [(r["task"], r["variant"]) for r in rows] == [
         ("cnn", "fp32"), ("cnn", "hot"), ("cnn", "naive_int4"), ("lm", "fp32"), ("lm", "hot"),
+        ("lm", "hot_plan"),
     ]  # fmt: skip
     hot = rows[1]
     assert hot["mean"] == pytest.approx(0.9667, abs=1e-4) and hot["seeds"] == [0, 1, 2]
@@ -102,6 +104,8 @@ def test_summary_and_targets_follow_the_numbers():
     assert not cnn["met"] and cnn["miss_by"] == pytest.approx(1.5)
     assert next(t for t in targets if t["target"].startswith("lm: HOT"))["met"]
     assert next(t for t in targets if "naive" in t["target"])["met"]
+    plan = next(t for t in targets if t["target"].startswith("lm: HOT + calibrated plan"))
+    assert not plan["met"] and plan["miss_by"] == pytest.approx(100 * (2.11 / 2.01 - 1) - 2)
     env = {"device": "cpu", "torch": "x", "python": "3", "date": "d", "seeds": [0, 1, 2],
            "command": "c", "settings": acc.Settings().__dict__}  # fmt: skip
     md = acc.markdown(rows, targets, env)
