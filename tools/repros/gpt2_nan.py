@@ -4,11 +4,16 @@ On an H200 (torch 2.11, 2026-11-22) the HOT variant of tools/bench_train.py's GP
 (tied 50257-wide head, batch 8 × 1024, bf16 autocast, AdamW lr 1e-4) reached a NaN loss within
 13 steps; the first non-finite gradient appeared between the head's HOT g_x and the last block.
 This script trains the same model for a few steps under several option sets and reports, per
-set, the first step whose loss or gradients are non-finite and the first such parameter — so
-one GPU call says which part of HOT (a kernel family, LQS, HLA, the head) is responsible.
+set, the first step whose loss or gradients are non-finite and the first such parameter. The
+failure turned out intermittent (the same set finite in one process, NaN in another:
+tools/results/gpt2_nan_gpu/README.md), so ``--repeat N`` runs each set N times in fresh
+processes and reports failure rates, and ``--shadow`` checks the HOT kernels on the real
+inputs of the failing step.
 
     python3 tools/repros/gpt2_nan.py --out DIR            # on a CUDA GPU, ~3-5 minutes
     python3 tools/repros/gpt2_nan.py --small --device cpu # a small model on CPU (smoke test)
+    python3 tools/repros/gpt2_nan.py --repeat 5 --steps 3 --variants hot,hot_kernels_torch
+                                                          # failure rates, fresh process each
     python3 tools/repros/gpt2_nan.py --shadow --steps 3   # which layer's kernel departs from
                                                           # the reference (kernels.shadow)
 """
@@ -60,7 +65,7 @@ def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
         model = GPT2(vocab=50257, ctx=128, dim=64, depth=2, heads=4)
         batch, ctx = 4, 128
     else:
-        model, batch, ctx = GPT2(), 8, 1024
+        model, batch, ctx = GPT2(), args.batch, 1024
     m = WithLoss(model).to(dev)
     if opts is None:
         c = torch.compile(m)
@@ -138,6 +143,37 @@ def _write(out: pathlib.Path, args: argparse.Namespace, rows: list[dict]) -> Non
     (out / "gpt2_nan.json").write_text(json.dumps(info, indent=1, default=str))
 
 
+def _repeated(name: str, args: argparse.Namespace, argv: list[str]) -> dict:
+    """``name`` run ``args.repeat`` times, each in a fresh process (its own allocator, kernel
+    caches and dispatcher state); the rows of every run and how many went non-finite."""
+    import subprocess
+    import tempfile
+
+    keep: list[str] = []
+    skip = {"--variants", "--repeat", "--out"}
+    it = iter(argv)
+    for a in it:
+        key = a.split("=")[0]
+        if key in skip:
+            if "=" not in a:
+                next(it, None)
+            continue
+        keep.append(a)
+    runs = []
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, __file__, *keep, "--variants", name, "--out", tmp]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            try:
+                doc = json.loads((pathlib.Path(tmp) / "gpt2_nan.json").read_text())
+                runs.append(doc["rows"][0])
+            except (OSError, ValueError, IndexError, KeyError):
+                runs.append({"variant": name, "error": (proc.stderr or "no output")[-500:]})
+    bad = sum(r.get("first_bad_step") is not None for r in runs)
+    return {"variant": name, "options": VARIANTS[name], "repeat": args.repeat,
+            "nonfinite_runs": bad, "runs": runs}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -145,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="directory for gpt2_nan.json (default: print only)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--batch", type=int, default=8, help="sequences of 1024 tokens (default 8)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument(
         "--small", action="store_true", help="a 2-block, 64-wide GPT-2 (CPU smoke test)"
@@ -156,18 +193,31 @@ def main(argv: list[str] | None = None) -> int:
         "and report per layer how far the kernels are from it",
     )
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=0,
+        help="run every variant N times, each in a fresh Python process, and report how many "
+        "went non-finite (the NaN is intermittent: one run per setting proves little)",
+    )
     args = ap.parse_args(argv)
     rows: list[dict] = []
     for name in args.variants.split(","):
-        try:
-            r = run(name, VARIANTS[name], args)
-        except Exception as e:  # noqa: BLE001 - a failing variant is a finding, not the end
-            r = {"variant": name, "error": f"{type(e).__name__}: {e}"[:500]}
+        if args.repeat:
+            r = _repeated(name, args, argv if argv is not None else sys.argv[1:])
+        else:
+            try:
+                r = run(name, VARIANTS[name], args)
+            except Exception as e:  # noqa: BLE001 - a failing variant is a finding
+                r = {"variant": name, "error": f"{type(e).__name__}: {e}"[:500]}
         rows.append(r)
         bad = r.get("first_bad_step")
         what = r.get("error") or (
             f"non-finite at step {bad}: {r['first_bad']}" if bad is not None else "finite"
         )
+        if args.repeat:
+            what = f"{r['nonfinite_runs']}/{args.repeat} runs non-finite (first bad steps: "
+            what += f"{[x.get('first_bad_step') for x in r['runs']]})"
         print(f"{name:20s} {what}", flush=True)
         if args.out:  # after every variant: a run cut short keeps what it found
             _write(pathlib.Path(args.out), args, rows)

@@ -1,0 +1,179 @@
+"""Are HOT's gradients on the GPU the gradients HOT computes on the CPU — and the same every time?
+
+The GPT-2 NaN of tools/results/gpt2_nan_gpu/README.md is intermittent, and even the GPU runs
+that stay finite learned less in their first step than the same model under HOT on the CPU
+(step-1 loss 10.94 on the H200 vs 10.73 on the CPU, batch 8; inductor: 10.69). With
+deterministic rounding (``pseudo_stochastic``) and a fixed quantizer per layer (no LQS), HOT's
+backward is a fixed function of the weights and the batch, so:
+
+1. **repeatability** — the same forward/backward on the device, ``--repeats`` times on the same
+   weights and batch (no optimizer step), must give the same gradients up to the float order of
+   atomics (SAWB sums, ~1e-7). A parameter whose gradient changes between repeats is being
+   computed from memory that something else writes;
+2. **device vs CPU** — the device's HOT gradients against the CPU's HOT gradients (the
+   pure-PyTorch reference ops, ``aot_eager``) for the same weights and batch: equal up to bf16
+   rounding (~1e-2 relative). The parameter with the largest gap names where to look;
+3. for scale, each side's HOT gradients against its own exact (plain compile) gradients — the
+   method's own error, which should be alike on both sides.
+
+    python3 tools/repros/grad_consistency.py --out DIR                # GPT-2 small, batch 2
+    python3 tools/repros/grad_consistency.py --small --device cpu     # smoke test (CPU only)
+
+Writes ``grad_consistency.json`` and ``grad_consistency.md`` (worst parameters first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import sys
+import time
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from bench_train import GPT2, WithLoss  # noqa: E402
+
+import hotcompile  # noqa: E402,F401
+from hotcompile import lqs  # noqa: E402
+
+#: a fixed quantizer per layer (LQS would calibrate with exact g_x first); deterministic rounding
+HOT_OPTIONS = {"gx_scaling": "per_token", "rounding": "pseudo_stochastic"}
+
+
+def _model(small: bool) -> tuple[torch.nn.Module, int, int]:
+    torch.manual_seed(0)
+    if small:
+        return GPT2(vocab=50257, ctx=128, dim=64, depth=2, heads=4), 2, 128
+    return GPT2(), 2, 1024
+
+
+def grads_of(
+    device: str, options: dict | None, small: bool, batch: int, repeats: int, cpu_threads: int
+) -> tuple[list[dict[str, torch.Tensor]], list[float]]:
+    """Gradients (on the CPU, float32) of ``repeats`` forward/backward passes of the same
+    weights and batch on ``device``; ``options=None``: plain ``torch.compile``."""
+    torch._dynamo.reset()
+    lqs.reset()
+    if device == "cpu":
+        torch.set_num_threads(cpu_threads)
+    model, default_batch, ctx = _model(small)
+    batch = batch or default_batch
+    m = WithLoss(model).to(device)
+    if options is None:
+        c = torch.compile(m) if device != "cpu" else torch.compile(m, backend="aot_eager")
+    else:
+        o = dict(options)
+        if device == "cpu":
+            o["compiler"] = "aot_eager"
+        c = torch.compile(m, backend="hot", options=o)
+    g = torch.Generator().manual_seed(0)
+    tok = torch.randint(50257, (batch, ctx + 1), generator=g).to(device)
+    x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+    out, losses = [], []
+    for _ in range(repeats):
+        m.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = c(x, y)
+        loss.backward()
+        losses.append(loss.item())
+        out.append({n: p.grad.detach().float().cpu() for n, p in m.named_parameters()})
+    return out, losses
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a − b‖ / ‖b‖ over the entries finite in both; inf when either has a non-finite entry."""
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return float("inf")
+    d = (a.double() - b.double()).norm().item()
+    n = b.double().norm().item()
+    return d / n if n > 0 else (0.0 if d == 0 else float("inf"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--small", action="store_true", help="a 2-block, 64-wide GPT-2")
+    ap.add_argument("--batch", type=int, default=0, help="sequences (default 2)")
+    ap.add_argument("--repeats", type=int, default=3, help="device passes on the same batch")
+    ap.add_argument("--cpu-threads", type=int, default=max(1, torch.get_num_threads()))
+    ap.add_argument("--no-cpu", action="store_true", help="skip the CPU reference (2. and 3.)")
+    ap.add_argument("--out", default=None, help="directory for the JSON and markdown")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    runs = {}
+    runs["hot_dev"], loss_hot = grads_of(
+        args.device, HOT_OPTIONS, args.small, args.batch, args.repeats, args.cpu_threads
+    )
+    runs["exact_dev"], loss_exact = grads_of(
+        args.device, None, args.small, args.batch, 1, args.cpu_threads
+    )
+    if not args.no_cpu:
+        runs["hot_cpu"], loss_hot_cpu = grads_of(
+            "cpu", HOT_OPTIONS, args.small, args.batch, 1, args.cpu_threads
+        )
+        runs["exact_cpu"], _ = grads_of("cpu", None, args.small, args.batch, 1, args.cpu_threads)
+    rows = []
+    first = runs["hot_dev"][0]
+    for name, g in first.items():
+        row = {
+            "param": name,
+            "norm": g.norm().item(),
+            "nonfinite": int((~torch.isfinite(g)).sum()),
+            "repeat_rel": max((rel(r[name], g) for r in runs["hot_dev"][1:]), default=0.0),
+            "hot_vs_exact_dev": rel(g, runs["exact_dev"][0][name]),
+        }
+        if not args.no_cpu:
+            row["dev_vs_cpu_hot"] = rel(g, runs["hot_cpu"][0][name])
+            row["hot_vs_exact_cpu"] = rel(runs["hot_cpu"][0][name], runs["exact_cpu"][0][name])
+        rows.append(row)
+    key = "dev_vs_cpu_hot" if not args.no_cpu else "repeat_rel"
+    rows.sort(key=lambda r: (-r["repeat_rel"], -r.get(key, 0.0)))
+    info = {
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+        "command": "python3 tools/repros/grad_consistency.py " + " ".join(sys.argv[1:]),
+        "options": HOT_OPTIONS,
+        "losses": {"hot_dev": loss_hot, "exact_dev": loss_exact}
+        | ({} if args.no_cpu else {"hot_cpu": loss_hot_cpu}),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "rows": rows,
+    }
+    cols = ["repeat_rel", "hot_vs_exact_dev"] + (
+        [] if args.no_cpu else ["dev_vs_cpu_hot", "hot_vs_exact_cpu"]
+    )
+    md = [
+        "# HOT gradients: repeatability on the device, device vs CPU (grad_consistency.py)",
+        "",
+        f"- device: {info['device']}; torch {info['torch']}; {info['date']}",
+        f"- command: `{info['command']}`; HOT options {HOT_OPTIONS}",
+        f"- losses: {info['losses']}",
+        "",
+        "| parameter | ‖g‖ | non-finite | " + " | ".join(cols) + " |",
+        "|---|---|---|" + "---|" * len(cols),
+    ]
+    for r in rows[:40]:
+        md.append(
+            f"| {r['param']} | {r['norm']:.3g} | {r['nonfinite']} | "
+            + " | ".join(f"{r[c]:.2e}" for c in cols)
+            + " |"
+        )
+    text = "\n".join(md) + "\n"
+    print(text)
+    if args.out:
+        out = pathlib.Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "grad_consistency.json").write_text(json.dumps(info, indent=1))
+        (out / "grad_consistency.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
