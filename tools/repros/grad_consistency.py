@@ -105,18 +105,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-threads", type=int, default=max(1, torch.get_num_threads()))
     ap.add_argument("--no-cpu", action="store_true", help="skip the CPU reference (2. and 3.)")
     ap.add_argument("--out", default=None, help="directory for the JSON and markdown")
+    ap.add_argument(
+        "--options",
+        default=None,
+        help="HOT options as JSON, merged over the fixed ones, "
+        'e.g. \'{"exclude": ["model.head"]}\'',
+    )
     args = ap.parse_args(argv)
+    opts = {**HOT_OPTIONS, **(json.loads(args.options) if args.options else {})}
     t0 = time.perf_counter()
     runs = {}
     runs["hot_dev"], loss_hot = grads_of(
-        args.device, HOT_OPTIONS, args.small, args.batch, args.repeats, args.cpu_threads
+        args.device, opts, args.small, args.batch, args.repeats, args.cpu_threads
     )
     runs["exact_dev"], loss_exact = grads_of(
         args.device, None, args.small, args.batch, 1, args.cpu_threads
     )
     if not args.no_cpu:
         runs["hot_cpu"], loss_hot_cpu = grads_of(
-            "cpu", HOT_OPTIONS, args.small, args.batch, 1, args.cpu_threads
+            "cpu", opts, args.small, args.batch, 1, args.cpu_threads
         )
         runs["exact_cpu"], _ = grads_of("cpu", None, args.small, args.batch, 1, args.cpu_threads)
     rows = []
@@ -140,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "date": datetime.date.today().isoformat(),
         "command": "python3 tools/repros/grad_consistency.py " + " ".join(sys.argv[1:]),
-        "options": HOT_OPTIONS,
+        "options": opts,
         "losses": {"hot_dev": loss_hot, "exact_dev": loss_exact}
         | ({} if args.no_cpu else {"hot_cpu": loss_hot_cpu}),
         "seconds": round(time.perf_counter() - t0, 1),
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "# HOT gradients: repeatability on the device, device vs CPU (grad_consistency.py)",
         "",
         f"- device: {info['device']}; torch {info['torch']}; {info['date']}",
-        f"- command: `{info['command']}`; HOT options {HOT_OPTIONS}",
+        f"- command: `{info['command']}`; HOT options {opts}",
         f"- losses: {info['losses']}",
         "",
         "| parameter | ‖g‖ | non-finite | " + " | ".join(cols) + " |",
