@@ -53,10 +53,18 @@ def _model(small: bool) -> tuple[torch.nn.Module, int, int]:
 
 
 def grads_of(
-    device: str, options: dict | None, small: bool, batch: int, repeats: int, cpu_threads: int
+    device: str,
+    options: dict | None,
+    small: bool,
+    batch: int,
+    repeats: int,
+    cpu_threads: int,
+    compiler: str | None = None,
 ) -> tuple[list[dict[str, torch.Tensor]], list[float]]:
     """Gradients (on the CPU, float32) of ``repeats`` forward/backward passes of the same
-    weights and batch on ``device``; ``options=None``: plain ``torch.compile``."""
+    weights and batch on ``device``; ``options=None``: plain ``torch.compile``. ``compiler``:
+    inductor or aot_eager (default: inductor on CUDA, aot_eager on the CPU)."""
+    compiler = compiler or ("aot_eager" if device == "cpu" else "inductor")
     torch._dynamo.reset()
     lqs.reset()
     if device == "cpu":
@@ -65,12 +73,9 @@ def grads_of(
     batch = batch or default_batch
     m = WithLoss(model).to(device)
     if options is None:
-        c = torch.compile(m) if device != "cpu" else torch.compile(m, backend="aot_eager")
+        c = torch.compile(m, backend=compiler)
     else:
-        o = dict(options)
-        if device == "cpu":
-            o["compiler"] = "aot_eager"
-        c = torch.compile(m, backend="hot", options=o)
+        c = torch.compile(m, backend="hot", options={**options, "compiler": compiler})
     g = torch.Generator().manual_seed(0)
     tok = torch.randint(50257, (batch, ctx + 1), generator=g).to(device)
     x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
@@ -104,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="device passes on the same batch")
     ap.add_argument("--cpu-threads", type=int, default=max(1, torch.get_num_threads()))
     ap.add_argument("--no-cpu", action="store_true", help="skip the CPU reference (2. and 3.)")
+    ap.add_argument(
+        "--compiler",
+        default=None,
+        help="the device side's compiler (default inductor on CUDA, aot_eager on the CPU); "
+        "--device cpu --compiler inductor compares CPU inductor against CPU aot_eager",
+    )
     ap.add_argument("--out", default=None, help="directory for the JSON and markdown")
     ap.add_argument(
         "--options",
@@ -116,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     runs = {}
     runs["hot_dev"], loss_hot = grads_of(
-        args.device, opts, args.small, args.batch, args.repeats, args.cpu_threads
+        args.device, opts, args.small, args.batch, args.repeats, args.cpu_threads, args.compiler
     )
     runs["exact_dev"], loss_exact = grads_of(
-        args.device, None, args.small, args.batch, 1, args.cpu_threads
+        args.device, None, args.small, args.batch, 1, args.cpu_threads, args.compiler
     )
     if not args.no_cpu:
         runs["hot_cpu"], loss_hot_cpu = grads_of(
