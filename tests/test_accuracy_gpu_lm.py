@@ -106,3 +106,15 @@ def test_default_size_budget_and_cli():
     assert args.gpu_lm and args.variants == ["hot"] and args.deadline == 360.0
     text = acc.build_parser().format_help()
     assert "--gpu-lm" in text and "accuracy_gpu_lm" in text and "hot_exact_gw" in text
+
+
+def test_gpu_lm_hot_plan_records_its_decisions(tmp_path):
+    """``--gpu-lm --variants hot_plan``: the pilot runs on the LM's device and the run keeps
+    the plan's per-layer decisions (HLA kept or not, e_hla, quantizer)."""
+    results, _ = acc.run_gpu_lm(
+        ["hot_plan"], [0], _tiny(), torch.device("cpu"), tmp_path, progress=False, fresh=True
+    )
+    (r,) = results
+    decided = r.extra["plan_decisions"]
+    assert {"blocks.0.qkv", "head"} <= set(decided)
+    assert all(isinstance(d["hla"], bool) and d["e_hla"] is not None for d in decided.values())

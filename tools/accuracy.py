@@ -886,6 +886,7 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_int8_gx": {"gx_bits": 8},  # the g_x path at INT8 instead of INT4
     "hot_exact_gx": {"gx_bits": None},  # g_w path only (HLA + INT8)
     "naive_int4": VARIANTS["naive_int4"],
+    "hot_plan": VARIANTS["hot_plan"],  # calibrate's per-layer plan after a short FP32 pilot
 }
 #: what a plain ``--gpu-lm`` runs (about 3 minutes on an H200); add the rest with --variants
 GPU_LM_DEFAULT = ("bf16", "hot", "hot_exact_gw")
@@ -983,6 +984,13 @@ def run_gpu_lm_one(
     val = val_windows(_cached_text("lib", "val", s.text_bytes), s.ctx, s.val_windows)
     torch.manual_seed(seed)
     model = ByteLM(s.dim, s.depth, s.heads, s.ctx).to(device)
+    plan_decisions = None
+    if variant == "hot_plan":  # as the CPU task: a pilot on a copy, calibrate, fresh weights
+        pgen = torch.Generator().manual_seed(10_000 + seed)
+        pilot = ((x.to(device), y.to(device)) for x, y in batches(train_text, s.ctx, s.batch, pgen))
+        plan = pilot_plan(model, pilot, s.lr, _lm_loss, min(PILOT_STEPS, s.steps))
+        options = {**(options or {}), "plan": plan}
+        plan_decisions = plan_summary(plan)
     compiled, backend = compile_variant(model, variant, options, compiler)
     opt = torch.optim.AdamW(
         model.parameters(), lr=s.lr, betas=(0.9, 0.95), weight_decay=s.weight_decay,
@@ -1044,6 +1052,8 @@ def run_gpu_lm_one(
         extra["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     if backend is not None:
         extra["plan"] = layer_plan(backend)
+    if plan_decisions is not None:
+        extra["plan_decisions"] = plan_decisions
     seconds = time.perf_counter() - t0
     del model, compiled, opt
     torch._dynamo.reset()
