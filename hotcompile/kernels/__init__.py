@@ -1,10 +1,13 @@
 """GPU kernels of hotcompile (Triton), registered as CUDA implementations of the ops.
 
 Importing this package registers them when CUDA and Triton are available; nothing here runs
-at ``import hotcompile``: ``hotcompile.ops`` imports it on the first CUDA call of an op.
+at ``import hotcompile``: the backend imports it when it compiles a graph (for the dispatcher),
+``hotcompile.ops`` on the first CUDA call of an op.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -18,20 +21,34 @@ def available() -> bool:
     return torch.cuda.is_available() and has_triton()
 
 
+def cuda_kernels() -> dict[str, Callable]:
+    """Op name -> its CUDA implementation (importing them imports Triton)."""
+    from hotcompile.kernels import hla_triton
+    from hotcompile.kernels.hq_triton import hq_grad_input_cuda
+
+    # the g_w path (HLA + INT8) has no CUDA stub in ops.py: it switches to the kernels once
+    # anything has called register() (the first CUDA hq_grad_input does)
+    return {
+        "hq_grad_input": hq_grad_input_cuda,
+        "abc_compress": hla_triton.abc_compress_cuda,
+        "hla_grad_weight": hla_triton.hla_grad_weight_cuda,
+        "hla_grad_weight_dense": hla_triton.hla_grad_weight_dense_cuda,
+    }
+
+
+def install(impls: dict[str, Callable]) -> None:
+    """Register ``impls`` (op name -> function) as the ops' CUDA kernels."""
+    from hotcompile import ops
+
+    for name, fn in impls.items():
+        getattr(ops, name).register_kernel("cuda")(fn)
+
+
 def register() -> bool:
     """Register the Triton-backed CUDA implementations; returns whether they are registered."""
     global REGISTERED
     if not REGISTERED and available():
-        from hotcompile import ops
-        from hotcompile.kernels import hla_triton
-        from hotcompile.kernels.hq_triton import hq_grad_input_cuda
-
-        ops.hq_grad_input.register_kernel("cuda")(hq_grad_input_cuda)
-        # the g_w path (HLA + INT8); ops.py has no CUDA stub for these: they switch to the
-        # kernels once anything has called register() (the first CUDA hq_grad_input does)
-        ops.abc_compress.register_kernel("cuda")(hla_triton.abc_compress_cuda)
-        ops.hla_grad_weight.register_kernel("cuda")(hla_triton.hla_grad_weight_cuda)
-        ops.hla_grad_weight_dense.register_kernel("cuda")(hla_triton.hla_grad_weight_dense_cuda)
+        install(cuda_kernels())
         REGISTERED = True
     return REGISTERED
 

@@ -99,14 +99,9 @@ def _shape(*ts: torch.Tensor) -> str:
 def _wrap_hq(kernel: Callable) -> Callable:
     def run(gy, w, bits, scaling, rounding, weight_scale, block, layer, key, check):
         # resolve LQS / warm-up once (it advances the layer's state), then hand the kernel
-        # and the reference the same resolved quantizer
+        # and the reference the same resolved quantizer, without the key
         s, b = lqs.resolve(key, scaling, gy, bits, block)
-        saved = lqs.resolve
-        lqs.resolve = lambda *_a, **_k: (s, b)
-        try:
-            out = kernel(gy, w, bits, scaling, rounding, weight_scale, block, layer, key, check)
-        finally:
-            lqs.resolve = saved
+        out = kernel(gy, w, b, s, rounding, weight_scale, block, layer, "", check)
         if s != "exact":
             ref = ops.hq_grad_input._init_fn(
                 gy, w, b, s, rounding, weight_scale, block, layer, "", False
@@ -149,13 +144,13 @@ def enable() -> None:
         return
     if not kernels.register():
         raise RuntimeError("shadow checking needs the CUDA kernels (CUDA and Triton)")
-    from hotcompile.kernels import hla_triton, hq_triton
-
-    ops.hq_grad_input.register_kernel("cuda")(_wrap_hq(hq_triton.hq_grad_input_cuda))
-    ops.abc_compress.register_kernel("cuda")(_wrap_abc(hla_triton.abc_compress_cuda))
-    for name in ("hla_grad_weight", "hla_grad_weight_dense"):
-        kernel = getattr(hla_triton, f"{name}_cuda")
-        getattr(ops, name).register_kernel("cuda")(_wrap_hla(kernel, name))
+    wrappers = {"hq_grad_input": _wrap_hq, "abc_compress": _wrap_abc}
+    kernels.install(
+        {
+            name: wrappers[name](fn) if name in wrappers else _wrap_hla(fn, name)
+            for name, fn in kernels.cuda_kernels().items()
+        }
+    )
     _active = True
 
 
@@ -163,15 +158,10 @@ def disable() -> None:
     """Back to the plain kernels (the records stay until :func:`clear`)."""
     global _active
     from hotcompile import kernels
-    from hotcompile.kernels import hla_triton, hq_triton
 
     if not _active:
         return
-    ops.hq_grad_input.register_kernel("cuda")(hq_triton.hq_grad_input_cuda)
-    ops.abc_compress.register_kernel("cuda")(hla_triton.abc_compress_cuda)
-    ops.hla_grad_weight.register_kernel("cuda")(hla_triton.hla_grad_weight_cuda)
-    ops.hla_grad_weight_dense.register_kernel("cuda")(hla_triton.hla_grad_weight_dense_cuda)
-    kernels.REGISTERED = True
+    kernels.install(kernels.cuda_kernels())
     _active = False
 
 
