@@ -412,6 +412,25 @@ def pilot_plan(
     return hotcompile.calibrate(pilot, x, lambda out: loss_fn(out, y))
 
 
+def with_pilot_plan(
+    model: nn.Module,
+    options: dict[str, Any] | None,
+    make_batches: Callable[[torch.Generator], Iterator],
+    seed: int,
+    lr: float,
+    loss_fn: Callable,
+    steps: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``hot_plan``'s options: ``options`` plus the plan of :func:`pilot_plan`, whose batches
+    come from ``make_batches`` on a generator of their own (seed 10000 + seed), so the pilot
+    does not take the training run's batches. Returns the options and the plan's decisions
+    (for the JSON)."""
+    plan = pilot_plan(
+        model, make_batches(torch.Generator().manual_seed(10_000 + seed)), lr, loss_fn, steps
+    )
+    return {**(options or {}), "plan": plan}, plan_summary(plan)
+
+
 def plan_summary(plan: Any) -> dict[str, Any]:
     """What a plan decided, for the JSON: per layer the quantizer, HLA kept or not, e_hla."""
     return {
@@ -445,18 +464,14 @@ def run_one(
         xtr, ytr, xte, yte = load_digits_split(0)  # the demo's fixed split
         torch.manual_seed(seed)
         model = MODELS[task]()
-        if variant == "hot_plan":
-            pgen = torch.Generator().manual_seed(10_000 + seed)
-            epochs = settings.cnn_epochs if task == "cnn" else settings.vit_epochs
-            steps = min(PILOT_STEPS, epochs * math.ceil(len(xtr) / 64))  # --quick: fewer
-            plan = pilot_plan(
-                model, _digits_batches(xtr, ytr, 64, pgen), 3e-3, F.cross_entropy, steps
-            )
-            options = {**options, "plan": plan}
-            extra["plan_decisions"] = plan_summary(plan)
-        compiled, backend = compile_variant(model, variant, options)
         epochs = settings.cnn_epochs if task == "cnn" else settings.vit_epochs
         steps = epochs * math.ceil(len(xtr) / 64)
+        if variant == "hot_plan":
+            options, extra["plan_decisions"] = with_pilot_plan(
+                model, options, lambda g: _digits_batches(xtr, ytr, 64, g), seed, 3e-3,
+                F.cross_entropy, min(PILOT_STEPS, steps),  # --quick: fewer
+            )  # fmt: skip
+        compiled, backend = compile_variant(model, variant, options)
         gen = torch.Generator().manual_seed(seed)
         curve = _fit(
             model, compiled, variant, _digits_batches(xtr, ytr, 64, gen), steps, 3e-3,
@@ -485,11 +500,10 @@ def run_one(
         extra["params"] = sum(p.numel() for p in model.parameters())
         extra["trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
         if variant == "hot_plan":
-            pgen = torch.Generator().manual_seed(10_000 + seed)
-            pilot_batches = batches(train_text, s.lm_ctx, s.lm_batch, pgen)
-            plan = pilot_plan(model, pilot_batches, lr, _lm_loss, min(PILOT_STEPS, steps))
-            options = {**options, "plan": plan}
-            extra["plan_decisions"] = plan_summary(plan)
+            options, extra["plan_decisions"] = with_pilot_plan(
+                model, options, lambda g: batches(train_text, s.lm_ctx, s.lm_batch, g), seed,
+                lr, _lm_loss, min(PILOT_STEPS, steps),
+            )  # fmt: skip
         compiled, backend = compile_variant(model, variant, options)
         gen = torch.Generator().manual_seed(seed)
         curve = _fit(
@@ -986,11 +1000,13 @@ def run_gpu_lm_one(
     model = ByteLM(s.dim, s.depth, s.heads, s.ctx).to(device)
     plan_decisions = None
     if variant == "hot_plan":  # as the CPU task: a pilot on a copy, calibrate, fresh weights
-        pgen = torch.Generator().manual_seed(10_000 + seed)
-        pilot = ((x.to(device), y.to(device)) for x, y in batches(train_text, s.ctx, s.batch, pgen))
-        plan = pilot_plan(model, pilot, s.lr, _lm_loss, min(PILOT_STEPS, s.steps))
-        options = {**(options or {}), "plan": plan}
-        plan_decisions = plan_summary(plan)
+
+        def pilot_batches(g: torch.Generator) -> Iterator:
+            return ((x.to(device), y.to(device)) for x, y in batches(train_text, s.ctx, s.batch, g))
+
+        options, plan_decisions = with_pilot_plan(
+            model, options, pilot_batches, seed, s.lr, _lm_loss, min(PILOT_STEPS, s.steps)
+        )
     compiled, backend = compile_variant(model, variant, options, compiler)
     opt = torch.optim.AdamW(
         model.parameters(), lr=s.lr, betas=(0.9, 0.95), weight_decay=s.weight_decay,
