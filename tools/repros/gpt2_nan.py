@@ -28,6 +28,7 @@ import json
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -56,28 +57,40 @@ VARIANTS: dict[str, dict | None] = {
 }
 
 
-def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
+def setup(
+    opts: dict | None, small: bool, batch: int, device: str, compiler: str | None = None
+) -> tuple[torch.nn.Module, Callable, torch.Tensor, torch.Tensor]:
+    """GPT-2 (with its loss) from seed 0, compiled, and its fixed batch ``(x, y)`` of random
+    tokens. ``opts=None``: plain ``torch.compile``; else ``backend="hot"`` with ``opts``.
+    ``small``: 2 blocks, 64 wide, context 128, the 50257-wide tied head kept. ``compiler``: the
+    inner compiler of both (default: inductor, HOT on the CPU aot_eager)."""
     torch._dynamo.reset()
-    lqs.reset()  # the layer names repeat across variants: each starts from a fresh LQS state
+    lqs.reset()  # the layer names repeat across runs: each starts from a fresh LQS state
     torch.manual_seed(0)
-    dev = torch.device(args.device)
-    if args.small:
-        model = GPT2(vocab=50257, ctx=128, dim=64, depth=2, heads=4)
-        batch, ctx = 4, 128
+    dev = torch.device(device)
+    if small:
+        model, ctx = GPT2(vocab=50257, ctx=128, dim=64, depth=2, heads=4), 128
     else:
-        model, batch, ctx = GPT2(), args.batch, 1024
+        model, ctx = GPT2(), 1024
     m = WithLoss(model).to(dev)
     if opts is None:
-        c = torch.compile(m)
+        c = torch.compile(m) if compiler is None else torch.compile(m, backend=compiler)
     else:
         o = dict(opts)
-        if dev.type == "cpu":
+        if compiler is not None:
+            o["compiler"] = compiler
+        elif dev.type == "cpu":
             o.setdefault("compiler", "aot_eager")
         c = torch.compile(m, backend="hot", options=o)
-    opt = torch.optim.AdamW(m.parameters(), lr=args.lr, weight_decay=0.05)
     g = torch.Generator().manual_seed(0)
     tok = torch.randint(50257, (batch, ctx + 1), generator=g).to(dev)
-    x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+    return m, c, tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+
+
+def run(name: str, opts: dict | None, args: argparse.Namespace) -> dict:
+    dev = torch.device(args.device)
+    m, c, x, y = setup(opts, args.small, 4 if args.small else args.batch, args.device)
+    opt = torch.optim.AdamW(m.parameters(), lr=args.lr, weight_decay=0.05)
     res = {"variant": name, "options": opts, "first_bad_step": None, "first_bad": None}
     shadowing = args.shadow and opts is not None and dev.type == "cuda"
     if shadowing:  # every CUDA kernel call of the HOT ops also runs the reference
@@ -149,20 +162,12 @@ def _repeated(name: str, args: argparse.Namespace, argv: list[str]) -> dict:
     import subprocess
     import tempfile
 
-    keep: list[str] = []
-    skip = {"--variants", "--repeat", "--out"}
-    it = iter(argv)
-    for a in it:
-        key = a.split("=")[0]
-        if key in skip:
-            if "=" not in a:
-                next(it, None)
-            continue
-        keep.append(a)
     runs = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, __file__, *keep, "--variants", name, "--out", tmp]
+            # the same flags; argparse keeps the last of a repeated option
+            cmd = [sys.executable, __file__, *argv, "--variants", name, "--repeat", "0"]
+            cmd += ["--out", tmp]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             try:
                 doc = json.loads((pathlib.Path(tmp) / "gpt2_nan.json").read_text())

@@ -35,21 +35,12 @@ import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "repros"))
 
-from bench_train import GPT2, WithLoss  # noqa: E402
-
-import hotcompile  # noqa: E402,F401
-from hotcompile import lqs  # noqa: E402
+from gpt2_nan import setup  # noqa: E402
 
 #: a fixed quantizer per layer (LQS would calibrate with exact g_x first); deterministic rounding
 HOT_OPTIONS = {"gx_scaling": "per_token", "rounding": "pseudo_stochastic"}
-
-
-def _model(small: bool) -> tuple[torch.nn.Module, int, int]:
-    torch.manual_seed(0)
-    if small:
-        return GPT2(vocab=50257, ctx=128, dim=64, depth=2, heads=4), 2, 128
-    return GPT2(), 2, 1024
 
 
 def grads_of(
@@ -65,20 +56,9 @@ def grads_of(
     weights and batch on ``device``; ``options=None``: plain ``torch.compile``. ``compiler``:
     inductor or aot_eager (default: inductor on CUDA, aot_eager on the CPU)."""
     compiler = compiler or ("aot_eager" if device == "cpu" else "inductor")
-    torch._dynamo.reset()
-    lqs.reset()
     if device == "cpu":
         torch.set_num_threads(cpu_threads)
-    model, default_batch, ctx = _model(small)
-    batch = batch or default_batch
-    m = WithLoss(model).to(device)
-    if options is None:
-        c = torch.compile(m, backend=compiler)
-    else:
-        c = torch.compile(m, backend="hot", options={**options, "compiler": compiler})
-    g = torch.Generator().manual_seed(0)
-    tok = torch.randint(50257, (batch, ctx + 1), generator=g).to(device)
-    x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+    m, c, x, y = setup(options, small, batch or 2, device, compiler)
     out, losses = [], []
     for _ in range(repeats):
         m.zero_grad(set_to_none=True)
