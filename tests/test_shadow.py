@@ -72,3 +72,37 @@ def test_records_say_whether_a_nan_came_in():
     (rec,) = shadow.records()
     assert rec.kernel_nonfinite == rec.reference_nonfinite == 32  # the NaN row
     assert rec.inputs.split()[0].startswith("1/") and rec.inputs.split()[1].startswith("0/")
+
+
+def test_enable_wraps_every_cuda_kernel_and_disable_restores_them(monkeypatch):
+    """The wiring of enable()/disable() without a GPU: the kernels table (here the reference
+    functions stand in for the CUDA kernels) is installed wrapped, each wrapper runs its own
+    kernel and reference, and disable() installs the plain table again."""
+    from hotcompile import kernels
+
+    names = ("hq_grad_input", "abc_compress", "hla_grad_weight", "hla_grad_weight_dense")
+    refs = {n: getattr(ops, n)._init_fn for n in names}
+    installed: list[dict] = []
+    monkeypatch.setattr(kernels, "register", lambda: True)
+    monkeypatch.setattr(kernels, "cuda_kernels", lambda: dict(refs))
+    monkeypatch.setattr(kernels, "install", lambda impls: installed.append(dict(impls)))
+    shadow.clear()
+    shadow.enable()
+    try:
+        wrapped = installed[-1]
+        assert set(wrapped) == set(names) and all(wrapped[n] is not refs[n] for n in names)
+        gy, w = _inputs()
+        wrapped["hq_grad_input"](gy, w, *ARGS)
+        rows = [0, 1, 2, 4, 8, 3, 5, 6]
+        x, g3 = torch.randn(2, 32, 48), torch.randn(2, 32, 24)
+        codes, scale = wrapped["abc_compress"](x, 0, rows, 16, 8, "pseudo_stochastic")
+        tail = (16, 8, "pseudo_stochastic", "fc", False)  # block, bits, rounding, layer, check
+        wrapped["hla_grad_weight"](g3, codes, scale, 0, rows, *tail)
+        wrapped["hla_grad_weight_dense"](g3, x, 0, rows, *tail)
+        seen = {r.op.split("[")[0] for r in shadow.records()}
+        assert seen == {"hq_grad_input", "abc_compress codes·scale", "hla_grad_weight",
+                        "hla_grad_weight_dense"}  # fmt: skip
+        assert not [r for r in shadow.records() if r.bad], shadow.table()
+    finally:
+        shadow.disable()
+    assert installed[-1] == refs

@@ -63,7 +63,7 @@ def _build() -> list[str]:
     return lines
 
 
-def _write_report(out, builds, rows, details, pytest_args) -> str:
+def _write_report(out, commit, builds, rows, details, pytest_args) -> str:
     """Write gpu_tests.md (after every file, so a run cut short still leaves its rows)."""
     try:
         import triton
@@ -76,7 +76,7 @@ def _write_report(out, builds, rows, details, pytest_args) -> str:
         "# hotcompile's GPU tests on a GPU machine (tools/gpu_tests.py)",
         "",
         f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
-        f"- commit: {_commit()}",
+        f"- commit: {commit}",
         f"- device: {device}",
         f"- torch: {torch.__version__} (CUDA {torch.version.cuda}), triton {triton_version}",
         f"- python: {platform.python_version()}",
@@ -112,6 +112,7 @@ def main() -> int:
     targets = [f"tests/{f}" for f in files] + (["tests"] if args.all else [])
     builds = _build() if torch.cuda.is_available() else ["- no CUDA device: nothing built"]
     rows, details, status = [], [], 0
+    commit, text = _commit(), ""
     for target in targets:
         cmd = [sys.executable, "-m", "pytest", target, "-q", "-rs", "-p", "no:cacheprovider"]
         cmd += pytest_args
@@ -140,8 +141,8 @@ def main() -> int:
             details += [f"### {target}", "", "```", *bad[:60], "```", ""]
         status = status or (rc != 0)
         print(f"{target}: {line} ({dt:.0f} s)", flush=True)
-        _write_report(out, builds, rows, details, pytest_args)
-    print(_write_report(out, builds, rows, details, pytest_args))
+        text = _write_report(out, commit, builds, rows, details, pytest_args)
+    print(text or _write_report(out, commit, builds, rows, details, pytest_args))
     return int(status)
 
 
