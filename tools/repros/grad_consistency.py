@@ -25,11 +25,13 @@ Writes ``grad_consistency.json`` and ``grad_consistency.md`` (worst parameters f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -43,6 +45,95 @@ from gpt2_nan import setup  # noqa: E402
 HOT_OPTIONS = {"gx_scaling": "per_token", "rounding": "pseudo_stochastic"}
 
 
+def _fingerprint(t: torch.Tensor) -> tuple:
+    """What identifies a tensor's contents across repeats: shape, strides, dtype, the float64
+    sum and absolute sum of its finite entries, and its non-finite count."""
+    f = t.detach().double()
+    fin = torch.isfinite(f)
+    z = torch.where(fin, f, 0.0)
+    return (
+        tuple(t.shape),
+        tuple(t.stride()),
+        str(t.dtype).replace("torch.", ""),
+        z.sum().item(),
+        z.abs().sum().item(),
+        int((~fin).sum().item()),
+    )
+
+
+class Tracer:
+    """Records every CUDA call of the HOT ops in order: the op, its layer, and a fingerprint of
+    each tensor input and output. Two repeats of the same step must give the same trace; the
+    first call whose *inputs* differ names the stretch of the graph (between the previous HOT
+    call and this one) that computed from changed memory, and a call whose inputs agree but
+    whose *outputs* differ names a kernel that is not a function of its inputs."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        def run(*args):
+            ins = [_fingerprint(a) for a in args if isinstance(a, torch.Tensor)]
+            out = fn(*args)
+            outs = [_fingerprint(o) for o in (out if isinstance(out, tuple) else (out,))]
+            layer = next((a for a in reversed(args) if isinstance(a, str) and a), "")
+            self.calls.append({"op": name, "layer": layer, "in": ins, "out": outs})
+            return out
+
+        return run
+
+    def __enter__(self) -> Tracer:
+        from hotcompile import kernels
+
+        if not kernels.register():
+            raise RuntimeError("--trace needs the CUDA kernels (CUDA and Triton)")
+        kernels.install({n: self.wrap(n, f) for n, f in kernels.cuda_kernels().items()})
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from hotcompile import kernels
+
+        kernels.install(kernels.cuda_kernels())
+
+
+def _close(a: tuple, b: tuple) -> bool:
+    """Same shape/strides/dtype/non-finite count and sums equal up to atomics' float order."""
+    if a[:3] != b[:3] or a[5] != b[5]:
+        return False
+    return all(abs(x - y) <= 1e-5 * max(abs(x), abs(y), 1e-30) for x, y in zip(a[3:5], b[3:5]))
+
+
+def trace_diff(traces: list[list[dict]]) -> list[str]:
+    """Markdown lines: per call of the first trace, whether later repeats saw the same inputs
+    and produced the same outputs (the first divergences first)."""
+    lines = [
+        "| # | op | layer | inputs equal in every repeat | outputs equal | first input / output "
+        "(sum, abs sum, non-finite), repeat 1 vs the first differing repeat |",
+        "|---|---|---|---|---|---|",
+    ]
+    first = traces[0]
+    shown = 0
+    for i, call in enumerate(first):
+        others = [t[i] for t in traces[1:] if i < len(t)]
+        bad_in = [j for j in range(len(call["in"])) if any(
+            not _close(call["in"][j], o["in"][j]) for o in others)]  # fmt: skip
+        bad_out = [j for j in range(len(call["out"])) if any(
+            not _close(call["out"][j], o["out"][j]) for o in others)]  # fmt: skip
+        detail = ""
+        if bad_in or bad_out:
+            k, which = (bad_in[0], "in") if bad_in else (bad_out[0], "out")
+            o = next(o for o in others if not _close(call[which][k], o[which][k]))
+            detail = f"{which}[{k}] {call[which][k][0]}: {call[which][k][3:]} vs {o[which][k][3:]}"
+        if detail or shown < 3 or i == len(first) - 1:
+            lines.append(
+                f"| {i} | {call['op']} | {call['layer']} | "
+                f"{'no: ' + str(bad_in) if bad_in else 'yes'} | "
+                f"{'no: ' + str(bad_out) if bad_out else 'yes'} | {detail} |"
+            )
+            shown += 1
+    return lines
+
+
 def grads_of(
     device: str,
     options: dict | None,
@@ -51,20 +142,28 @@ def grads_of(
     repeats: int,
     cpu_threads: int,
     compiler: str | None = None,
+    traces: list | None = None,
 ) -> tuple[list[dict[str, torch.Tensor]], list[float]]:
     """Gradients (on the CPU, float32) of ``repeats`` forward/backward passes of the same
     weights and batch on ``device``; ``options=None``: plain ``torch.compile``. ``compiler``:
-    inductor or aot_eager (default: inductor on CUDA, aot_eager on the CPU)."""
+    inductor or aot_eager (default: inductor on CUDA, aot_eager on the CPU). ``traces``: a
+    list that receives each repeat's :class:`Tracer` calls (CUDA, HOT only)."""
     compiler = compiler or ("aot_eager" if device == "cpu" else "inductor")
     if device == "cpu":
         torch.set_num_threads(cpu_threads)
     m, c, x, y = setup(options, small, batch or 2, device, compiler)
     out, losses = [], []
+    tracing = traces is not None and options is not None and device == "cuda"
     for _ in range(repeats):
         m.zero_grad(set_to_none=True)
-        with torch.autocast(device, dtype=torch.bfloat16):
-            loss = c(x, y)
-        loss.backward()
+        with contextlib.ExitStack() as stack:
+            tracer = stack.enter_context(Tracer()) if tracing else None
+            with torch.autocast(device, dtype=torch.bfloat16):
+                loss = c(x, y)
+            loss.backward()
+            torch.cuda.synchronize() if device == "cuda" else None
+        if tracer is not None:
+            traces.append(tracer.calls)
         losses.append(loss.item())
         out.append({n: p.grad.detach().float().cpu() for n, p in m.named_parameters()})
     return out, losses
@@ -102,12 +201,26 @@ def main(argv: list[str] | None = None) -> int:
         help="HOT options as JSON, merged over the fixed ones, "
         'e.g. \'{"exclude": ["model.head"]}\'',
     )
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="fingerprint every HOT kernel call's inputs and outputs in each device repeat and "
+        "report the first call where the repeats differ",
+    )
     args = ap.parse_args(argv)
     opts = {**HOT_OPTIONS, **(json.loads(args.options) if args.options else {})}
     t0 = time.perf_counter()
     runs = {}
+    traces: list | None = [] if args.trace else None
     runs["hot_dev"], loss_hot = grads_of(
-        args.device, opts, args.small, args.batch, args.repeats, args.cpu_threads, args.compiler
+        args.device,
+        opts,
+        args.small,
+        args.batch,
+        args.repeats,
+        args.cpu_threads,
+        args.compiler,
+        traces,
     )
     runs["exact_dev"], loss_exact = grads_of(
         args.device, None, args.small, args.batch, 1, args.cpu_threads, args.compiler
@@ -163,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
             + " | ".join(f"{r[c]:.2e}" for c in cols)
             + " |"
         )
+    if traces:
+        md += ["", f"## Trace of the HOT kernel calls ({len(traces[0])} per repeat)", ""]
+        md += trace_diff(traces)
+        info["trace_calls"] = len(traces[0])
     text = "\n".join(md) + "\n"
     print(text)
     if args.out:
