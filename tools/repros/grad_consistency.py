@@ -107,9 +107,10 @@ def trace_diff(traces: list[list[dict]]) -> list[str]:
     """Markdown lines: per call of the first trace, whether later repeats saw the same inputs
     and produced the same outputs (the first divergences first)."""
     lines = [
-        "| # | op | layer | inputs equal in every repeat | outputs equal | first input / output "
-        "(sum, abs sum, non-finite), repeat 1 vs the first differing repeat |",
-        "|---|---|---|---|---|---|",
+        "| # | op | layer | inputs: shape / strides | inputs equal in every repeat | outputs equal "
+        "| first input / output (sum, abs sum, non-finite), repeat 1 vs the first differing "
+        "repeat |",
+        "|---|---|---|---|---|---|---|",
     ]
     first = traces[0]
     shown = 0
@@ -125,8 +126,9 @@ def trace_diff(traces: list[list[dict]]) -> list[str]:
             o = next(o for o in others if not _close(call[which][k], o[which][k]))
             detail = f"{which}[{k}] {call[which][k][0]}: {call[which][k][3:]} vs {o[which][k][3:]}"
         if detail or shown < 3 or i == len(first) - 1:
+            geo = ", ".join(f"{f[0]} / {f[1]}" for f in call["in"])
             lines.append(
-                f"| {i} | {call['op']} | {call['layer']} | "
+                f"| {i} | {call['op']} | {call['layer']} | {geo} | "
                 f"{'no: ' + str(bad_in) if bad_in else 'yes'} | "
                 f"{'no: ' + str(bad_out) if bad_out else 'yes'} | {detail} |"
             )
