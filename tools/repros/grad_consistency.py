@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tools" / "repros"))
 
 from gpt2_nan import setup  # noqa: E402
+from padded_head import reference_kernels  # noqa: E402
 
 #: a fixed quantizer per layer (LQS would calibrate with exact g_x first); deterministic rounding
 HOT_OPTIONS = {"gx_scaling": "per_token", "rounding": "pseudo_stochastic"}
@@ -209,21 +210,28 @@ def main(argv: list[str] | None = None) -> int:
         help="fingerprint every HOT kernel call's inputs and outputs in each device repeat and "
         "report the first call where the repeats differ",
     )
+    ap.add_argument(
+        "--reference-kernels",
+        action="store_true",
+        help="install the ops' pure-PyTorch references as their CUDA kernels (device side): "
+        "separates a kernel bug from a graph bug",
+    )
     args = ap.parse_args(argv)
     opts = {**HOT_OPTIONS, **(json.loads(args.options) if args.options else {})}
     t0 = time.perf_counter()
     runs = {}
     traces: list | None = [] if args.trace else None
-    runs["hot_dev"], loss_hot = grads_of(
-        args.device,
-        opts,
-        args.small,
-        args.batch,
-        args.repeats,
-        args.cpu_threads,
-        args.compiler,
-        traces,
-    )
+    with reference_kernels(args.reference_kernels and args.device == "cuda"):
+        runs["hot_dev"], loss_hot = grads_of(
+            args.device,
+            opts,
+            args.small,
+            args.batch,
+            args.repeats,
+            args.cpu_threads,
+            args.compiler,
+            traces,
+        )
     runs["exact_dev"], loss_exact = grads_of(
         args.device, None, args.small, args.batch, 1, args.cpu_threads, args.compiler
     )
@@ -253,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "date": datetime.date.today().isoformat(),
         "command": "python3 tools/repros/grad_consistency.py " + " ".join(sys.argv[1:]),
+        "reference_kernels": args.reference_kernels,
         "options": opts,
         "losses": {"hot_dev": loss_hot, "exact_dev": loss_exact}
         | ({} if args.no_cpu else {"hot_cpu": loss_hot_cpu}),
