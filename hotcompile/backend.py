@@ -122,11 +122,25 @@ def aot_decomp_partition(
     )(gm, list(example_inputs))
 
 
+#: inductor settings the backend changes unless ``inductor_config`` names them itself.
+#:
+#: ``comprehensive_padding``: inductor (seen on torch 2.11 + CUDA) pads the row stride of an
+#: unaligned buffer — GPT-2's ``[tokens, 50257]`` cross-entropy gradient — in the layout one
+#: consumer reads while another consumer freezes the buffer unpadded: the copy it feeds
+#: ``hq_grad_input`` then reads rows at stride 50304 from a buffer written at stride 50257,
+#: i.e. shifted rows and memory past the buffer's end. The g_x of the tied head was garbage,
+#: the gradients were not repeatable and GPT-2 reached NaN within two steps
+#: (tools/results/gpt2_nan_gpu/README.md; the same stale-layout bug as pytorch/pytorch#194281).
+#: Without padding the compiled backward matches ``aot_eager``'s; the cost is unaligned rows
+#: in the few buffers with an odd width.
+INDUCTOR_DEFAULTS: dict[str, Any] = {"comprehensive_padding": False}
+
+
 def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: HotConfig):
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
-    patches: dict[str, Any] = {}
+    patches: dict[str, Any] = dict(INDUCTOR_DEFAULTS)
     if config.mode not in (None, "default"):
         from torch._inductor import list_mode_options
 

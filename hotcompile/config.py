@@ -102,7 +102,9 @@ class HotConfig:
         mode: the inductor mode (``"reduce-overhead"``, ``"max-autotune"``, ...), since a
             custom backend cannot get ``mode=`` and ``options=`` together from torch.compile.
         inductor_config: extra ``torch._inductor.config`` patches for the inner compiler, as
-            a mapping or tuple of pairs (e.g. ``{"max_autotune": True}``).
+            a mapping or tuple of pairs (e.g. ``{"max_autotune": True}``). The backend turns
+            inductor's ``comprehensive_padding`` off (``backend.INDUCTOR_DEFAULTS`` says why);
+            naming it here overrides that.
         check_nonfinite: ``"once"`` warns once per layer, naming it, when a NaN/Inf reaches a
             HOT backward (the NaN/Inf itself always propagates); ``"off"`` skips the check
             (on CUDA it is a non-blocking flag copy per op, reported a step later).

@@ -391,3 +391,38 @@ def test_kernels_option_sets_the_dispatch_preference():
         dispatch.set_preference(before)
     with pytest.raises(HotConfigError, match="kernels"):
         HotConfig(kernels="cublas")
+
+
+class _WideHead(nn.Module):
+    """LayerNorm -> an odd-width head -> cross-entropy: inductor pads such rows by default."""
+
+    def __init__(self, vocab: int = 2051, dim: int = 32) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.head(self.ln(x)), y)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("padding", [None, True])
+def test_inductor_comprehensive_padding_is_off_unless_asked(padding):
+    """Inductor's comprehensive padding corrupted the input of the head's hq_grad_input on
+    CUDA (a stale padded layout: GPT-2's NaN, tools/results/gpt2_nan_gpu/README.md), so the
+    backend turns it off — forward and backward graph — unless ``inductor_config`` names it.
+    On the CPU inductor skips padding anyway; ``disable_padding_cpu=False`` lets it run here."""
+    from torch._inductor import metrics
+
+    ic = {"disable_padding_cpu": False, "fx_graph_cache": False}
+    if padding is not None:
+        ic["comprehensive_padding"] = padding
+    torch.manual_seed(0)
+    m, x, y = _WideHead(), torch.randn(64, 32), torch.randint(2051, (64,))
+    torch._dynamo.reset()
+    metrics.reset()
+    c = torch.compile(m, backend="hot", options={"gx_scaling": "per_token", "inductor_config": ic})
+    c(x, y).backward()
+    padded = metrics.num_comprehensive_padding
+    assert (padded > 0) if padding else (padded == 0), padded
+    assert torch.isfinite(m.head.weight.grad).all()
