@@ -140,7 +140,10 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: H
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
-    patches: dict[str, Any] = dict(INDUCTOR_DEFAULTS)
+    # only settings this torch has (config.patch refuses unknown names)
+    patches: dict[str, Any] = {
+        k: v for k, v in INDUCTOR_DEFAULTS.items() if hasattr(inductor_config, k)
+    }
     if config.mode not in (None, "default"):
         from torch._inductor import list_mode_options
 
