@@ -182,24 +182,24 @@ def test_unsupported_cases_return_none_on_cuda():
     assert cutlass.scaled_gemm(big[:, 8:72], b, 1.0, 1.0) is None  # strided (not contiguous)
 
 
-@pytest.mark.skip(
-    reason="a C++ exception thrown inside the JIT-built extension crashed the process on the "
-    "H200 (torch 2.11+cu130, tools/results/gpu_tests.md); the Python wrapper checks every "
-    "argument first, so these checks are never reached through it"
-)
-def test_cpp_checks_raise_clear_errors():
+def test_cpp_checks_return_clear_messages():
+    """The bindings refuse bad calls with a message instead of a C++ exception (one killed the
+    process on the device machine); the Python wrapper checks first and never reaches them."""
     mod = cutlass.EXTENSION.module
     assert mod is not None
     one = torch.ones(1, device="cuda")
     a = torch.zeros(24, 64, device="cuda", dtype=I8)
     b = torch.zeros(32, 64, device="cuda", dtype=I8)
     out = torch.empty(24, 32, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="multiples of 16"):
-        mod.scaled_gemm(a, b, one, one, 1.0, out, False, 0)
+    assert "multiples of 16" in mod.scaled_gemm(a, b, one, one, 1.0, out, False, 0)
     a = torch.zeros(32, 64, device="cuda", dtype=I8)
     out = torch.empty(32, 32, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="accumulate needs a float32"):
-        mod.scaled_gemm(a, b, one, one, 1.0, out, True, 0)
-    with pytest.raises(RuntimeError, match="config"):
-        mod.scaled_gemm(a, b, one, one, 1.0, out, False, 7)
+    assert "accumulate needs a float32" in mod.scaled_gemm(a, b, one, one, 1.0, out, True, 0)
+    assert "config must be in" in mod.scaled_gemm(a, b, one, one, 1.0, out, False, 7)
+    assert "scale_b must hold 1 or 32" in mod.scaled_gemm(
+        a, b, one, torch.ones(5, device="cuda"), 1.0, out, False, 0
+    )
+    assert mod.scaled_gemm(a, b, one, one, 1.0, out, False, 0) == ""  # launched
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.zeros_like(out))
     assert len(mod.config_names()) == len(_configs(I8))
