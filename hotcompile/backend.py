@@ -22,6 +22,7 @@ import hashlib
 import importlib
 import logging
 import pathlib
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -149,6 +150,16 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: H
 
         patches.update(list_mode_options(config.mode))
     patches.update(config.inductor_config)
+    if patches.get("comprehensive_padding") and any(
+        isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs
+    ):
+        warnings.warn(
+            "hotcompile: inductor_config comprehensive_padding=True re-enables the inductor "
+            "layout bug that fed HOT's ops misread gradients on CUDA (torch 2.11, GPT-2's NaN; "
+            "see hotcompile.backend.INDUCTOR_DEFAULTS). Check the gradients with "
+            "tools/repros/grad_consistency.py before training with it.",
+            stacklevel=2,
+        )
     user_pass = patches.pop("post_grad_custom_post_pass", None)
     if user_pass is None:
         user_pass = inductor_config.post_grad_custom_post_pass

@@ -166,3 +166,13 @@ def test_gpt2_tied_head_gradients_under_inductor_cuda():
         assert torch.isfinite(hot[0][n]).all(), n
         assert rel(hot[0][n], g) < 0.4, (n, rel(hot[0][n], g))
         assert rel(hot[1][n], hot[0][n]) < 0.02, (n, rel(hot[1][n], hot[0][n]))
+
+
+def test_turning_comprehensive_padding_back_on_warns():
+    """A user who re-enables inductor's padding is told that it broke HOT's gradients."""
+    torch._dynamo.reset()
+    m = torch.nn.Linear(64, 64).cuda()
+    opts = {"inductor_config": {"comprehensive_padding": True}}
+    c = torch.compile(m, backend="hot", options=opts)
+    with pytest.warns(UserWarning, match="comprehensive_padding=True"):
+        c(torch.randn(32, 64, device="cuda", requires_grad=True)).sum().backward()
