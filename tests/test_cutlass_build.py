@@ -226,7 +226,9 @@ def test_bindings_compile_and_never_throw(binding):
         with open(os.path.join(stub, "cuda_cmake_macros.h"), "w") as f:
             f.write("#pragma once\n")
         incs = [tmp, *cpp_extension.include_paths(), cuda_inc, sysconfig.get_paths()["include"]]
-        cmd = [cxx, "-std=c++17", "-fsyntax-only", "-DTORCH_EXTENSION_NAME=hotcompile_check"]
+        # C++20: what torch.utils.cpp_extension compiles extensions with (torch >= 2.13 headers
+        # need it)
+        cmd = [cxx, "-std=c++20", "-fsyntax-only", "-DTORCH_EXTENSION_NAME=hotcompile_check"]
         cmd += ["-I" + d for d in [*incs, str(src)]] + [str(src / binding)]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
