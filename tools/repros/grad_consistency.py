@@ -40,10 +40,27 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tools" / "repros"))
 
 from gpt2_nan import setup  # noqa: E402
-from padded_head import reference_kernels  # noqa: E402
 
 #: a fixed quantizer per layer (LQS would calibrate with exact g_x first); deterministic rounding
 HOT_OPTIONS = {"gx_scaling": "per_token", "rounding": "pseudo_stochastic"}
+
+
+@contextlib.contextmanager
+def reference_kernels(on: bool):
+    """The ops' pure-PyTorch references installed as their CUDA kernels (``on``), restored
+    to hotcompile's kernels afterwards."""
+    if not on or not torch.cuda.is_available():
+        yield
+        return
+    from hotcompile import kernels, ops
+
+    kernels.register()
+    names = kernels.cuda_kernels()
+    kernels.install({n: getattr(ops, n)._init_fn for n in names})
+    try:
+        yield
+    finally:
+        kernels.install(kernels.cuda_kernels())
 
 
 def _fingerprint(t: torch.Tensor) -> tuple:
@@ -164,7 +181,8 @@ def grads_of(
             with torch.autocast(device, dtype=torch.bfloat16):
                 loss = c(x, y)
             loss.backward()
-            torch.cuda.synchronize() if device == "cuda" else None
+            if device == "cuda":
+                torch.cuda.synchronize()
         if tracer is not None:
             traces.append(tracer.calls)
         losses.append(loss.item())
@@ -217,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         "separates a kernel bug from a graph bug",
     )
     args = ap.parse_args(argv)
+    if args.trace and args.reference_kernels:  # the tracer wraps hotcompile's own kernels
+        ap.error("--trace cannot be combined with --reference-kernels")
     opts = {**HOT_OPTIONS, **(json.loads(args.options) if args.options else {})}
     t0 = time.perf_counter()
     runs = {}

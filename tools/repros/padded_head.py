@@ -21,7 +21,6 @@ Inductor's generated code (what the backward passes to ``hq_grad_input`` /
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import pathlib
@@ -29,9 +28,9 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from grad_consistency import reference_kernels, rel
 
 import hotcompile
-from hotcompile import ops
 
 OPTS = {"gx_scaling": "per_token", "rounding": "pseudo_stochastic"}
 
@@ -50,24 +49,6 @@ class TiedHead(torch.nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), y.flatten())
 
 
-@contextlib.contextmanager
-def reference_kernels(on: bool):
-    """The ops' pure-PyTorch references installed as their CUDA kernels (``on``), restored
-    to hotcompile's kernels afterwards."""
-    if not on or not torch.cuda.is_available():
-        yield
-        return
-    from hotcompile import kernels
-
-    kernels.register()
-    names = kernels.cuda_kernels()
-    kernels.install({n: getattr(ops, n)._init_fn for n in names})
-    try:
-        yield
-    finally:
-        kernels.install(kernels.cuda_kernels())
-
-
 def grads(model, x, y, device: str, compiler: str, pad: bool, ref_ops: bool) -> dict:
     torch._dynamo.reset()
     opts = dict(OPTS, compiler=compiler)
@@ -83,12 +64,6 @@ def grads(model, x, y, device: str, compiler: str, pad: bool, ref_ops: bool) -> 
             loss.backward()
             out.append({n: p.grad.detach().float().cpu() for n, p in model.named_parameters()})
     return {"loss": loss.item(), "grads": out}
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
-        return float("inf")
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 def main(argv: list[str] | None = None) -> int:
