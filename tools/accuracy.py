@@ -738,7 +738,8 @@ def evaluate_targets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     # HOT as compiled with its defaults, and HOT with the plan of ``hotcompile.calibrate``
     # after a short pilot (the documented workflow for language models)
-    for variant, label in (("hot", "HOT"), ("hot_plan", "HOT + calibrated plan")):
+    hots = (("hot", "HOT"), ("hot_plan", "HOT + calibrated plan"))
+    for variant, label in hots:
         for task in ("cnn", "vit"):
             hot, ref = get(task, variant), get(task, "fp32")
             if hot and ref:
@@ -755,9 +756,7 @@ def evaluate_targets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     # "measurably": naive INT4's mean is worse by at least two standard errors of the
     # difference (Welch's t >= 2 over the seeds; with 3 seeds each that is about p < 0.06,
     # one-sided), not just by more than one seed-to-seed std
-    for (variant, label), task in itertools.product(
-        (("hot", "HOT"), ("hot_plan", "HOT + calibrated plan")), ("cnn", "vit", "lm")
-    ):
+    for (variant, label), task in itertools.product(hots, ("cnn", "vit", "lm")):
         hot, naive = get(task, variant), get(task, "naive_int4")
         if hot and naive:
             sign = 1.0 if METRIC[task] == "accuracy" else -1.0  # + : naive is worse
