@@ -216,8 +216,8 @@ def test_bindings_compile_and_never_throw(binding):
     homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     homes += [os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if nvcc else None]
     homes += ["/usr/local/cuda"]  # nvcc may be a wrapper script outside the toolkit
-    incs = [os.path.join(h, "include") for h in homes if h]
-    cuda_inc = next((d for d in incs if os.path.exists(os.path.join(d, "cuda_runtime.h"))), None)
+    cands = [os.path.join(h, "include") for h in homes if h]
+    cuda_inc = next((d for d in cands if os.path.exists(os.path.join(d, "cuda_runtime.h"))), None)
     if cxx is None or cuda_inc is None:
         pytest.skip("needs a host C++ compiler and the CUDA toolkit's headers")
     with tempfile.TemporaryDirectory() as tmp:
