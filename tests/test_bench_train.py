@@ -34,13 +34,23 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     """``bench_train.py --quick`` in a fresh interpreter: (the JSON, the markdown)."""
     out = tmp_path_factory.mktemp("bench_train")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--no-progress", "--out", str(out)],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--no-progress",
+            "--profile",
+            "1",
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (out / "profile_vit_b16_hot.txt").is_file()
     return json.loads((out / "bench_train.json").read_text()), (out / "bench_train.md").read_text()
 
 
@@ -132,3 +142,24 @@ def test_help_teaches() -> None:
     for word in ("1.15x", "25%", "20%", "max_memory_allocated", "saved_activation_bytes",
                  "--quick", "examples:", "lqs_calibration_steps"):  # fmt: skip
         assert word in out, word
+
+
+def test_profile_says_where_hot_spends_the_step(quick_run: tuple[dict[str, Any], str]) -> None:
+    """``--profile``: per variant, wall time and the ``hotcompile::`` ops that ran, with calls
+    per step matching the model's layers (host-bound or not is read off these numbers)."""
+    res, md = quick_run
+    for m in res["models"]:
+        hot = m["variants"]["hot"]["profile"]
+        plain = m["variants"]["inductor"]["profile"]
+        assert _positive_finite(hot["wall_ms"]) and _positive_finite(plain["wall_ms"])
+        assert plain["hot_ops"] == {}
+        n_layers = len(m["variants"]["hot"]["hot_layers"])
+        ops = hot["hot_ops"]
+        assert ops["hotcompile::hla_grad_weight"]["calls"] >= n_layers - 1
+        assert all(_positive_finite(o["host_ms"]) for o in ops.values())
+    assert "Where a step's time goes" in md
+
+
+def test_gpu_busy_is_the_union_of_kernel_spans() -> None:
+    assert bench._merged_us([]) == 0.0
+    assert bench._merged_us([(0.0, 10.0), (5.0, 12.0), (20.0, 25.0), (21.0, 22.0)]) == 17.0

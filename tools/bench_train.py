@@ -225,9 +225,18 @@ MODELS: dict[str, ModelSpec] = {
 #: NaN/Inf check (on CUDA a non-blocking copy per HOT backward op, no device sync).
 VARIANTS: dict[str, dict[str, Any] | None] = {
     "inductor": None,
+    "inductor_cg": None,
     "hot": {},
     "hot_nocheck": {"check_nonfinite": "off"},
+    "hot_cg": {"mode": "reduce-overhead"},
 }
+
+#: the inductor mode of the plain variants (``torch.compile(model, mode=...)``)
+PLAIN_MODES: dict[str, str | None] = {"inductor": None, "inductor_cg": "reduce-overhead"}
+
+#: the plain variant a hot variant's targets are judged against (default: ``inductor``):
+#: CUDA graphs on both sides, or on neither
+BASELINE: dict[str, str] = {"hot_cg": "inductor_cg"}
 
 
 VARIANT_NOTES: dict[str, str] = {
@@ -236,7 +245,19 @@ VARIANT_NOTES: dict[str, str] = {
     "HLA + INT8 g_w, ABC-compressed saved inputs; check_nonfinite='once': a non-blocking "
     "flag copy per HOT backward op) plus --hot-options",
     "hot_nocheck": "as hot, with check_nonfinite='off' (no NaN/Inf flag copies)",
+    "inductor_cg": '`torch.compile(model, mode="reduce-overhead")`: inductor with CUDA graphs '
+    "(no per-kernel launch cost on the host)",
+    "hot_cg": 'as hot, with options={"mode": "reduce-overhead"}: HOT\'s backward recorded into '
+    "CUDA graphs too; judged against inductor_cg",
 }
+
+
+def uses_cudagraphs(variant: str) -> bool:
+    """Whether the variant compiles with ``mode="reduce-overhead"`` (CUDA graphs): its
+    training loop must then mark each step's beginning."""
+    opts = VARIANTS[variant]
+    mode = PLAIN_MODES.get(variant) if opts is None else opts.get("mode")
+    return mode == "reduce-overhead"
 
 
 def compile_variant(
@@ -253,7 +274,7 @@ def compile_variant(
     options = VARIANTS[variant]
     if options is None:
         if compiler == "inductor":
-            return torch.compile(module)
+            return torch.compile(module, mode=PLAIN_MODES[variant])
         return torch.compile(module, backend="aot_eager_decomp_partition")
     return torch.compile(module, backend="hot", options=hot_options(variant, compiler, extra))
 
@@ -263,6 +284,7 @@ def hot_options(variant: str, compiler: str, extra: dict[str, Any] | None) -> di
     opts = {**(VARIANTS[variant] or {}), **(extra or {})}
     if compiler != "inductor":
         opts["compiler"] = compiler
+        opts.pop("mode", None)  # an inductor mode; aot_eager generates no code to graph
     return opts
 
 
@@ -327,6 +349,131 @@ def _saved_bytes(loss: torch.Tensor, module: nn.Module) -> tuple[int, int]:
     return total, param_shaped
 
 
+#: kernels of HOT's own backward ops, by name (CUDA, CUTLASS, Triton kernels and the cuBLAS
+#: FP8/INT8 GEMMs behind torch._scaled_mm / torch._int_mm): for the "HOT kernels" share only
+HOT_KERNEL_MARKERS = ("hq_", "hla", "_scaled_gemm", "cutlass", "amax_to_scale", "e4m3", "i8i8")
+
+
+def _merged_us(spans: list[tuple[float, float]]) -> float:
+    """Microseconds covered by the union of (start, end) spans (streams may overlap)."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def profile_steps_of(
+    step: Callable[[], torch.Tensor],
+    n: int,
+    device: torch.device,
+    title: str,
+    out: pathlib.Path | None,
+) -> dict[str, Any]:
+    """Run ``n`` more steps under ``torch.profiler`` and say where a step's time goes.
+
+    A step is device-bound when its kernels keep the GPU busy for most of its wall time; when
+    the GPU-busy time is well below the wall time, the host (Python, the dispatcher, kernel
+    launches) is what the step waits on, and faster kernels would not help. Reported per step:
+    wall time (profiler on, so a little above the timed median), GPU-busy time (union of kernel
+    spans), the kernels taking the most device time, the ``hotcompile::`` ops (host time spent
+    in them and device time of the kernels they launch), and the operators taking the most
+    host time. ``out``: also writes the tables as text there.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        acts.append(ProfilerActivity.CUDA)
+    _sync(device)
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        _sync(device)
+        wall_us = (time.perf_counter() - t0) * 1e6 / n
+    events = prof.events()
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    spans = [(e.time_range.start, e.time_range.end) for e in kernels]
+    by_kernel: dict[str, list[float]] = {}
+    for e in kernels:
+        by_kernel.setdefault(e.name, []).append(e.time_range.elapsed_us())
+    kernel_us = sum(sum(v) for v in by_kernel.values())
+    top_kernels = sorted(by_kernel.items(), key=lambda kv: -sum(kv[1]))[:20]
+    hot_us = sum(
+        sum(v) for k, v in by_kernel.items() if any(m in k.lower() for m in HOT_KERNEL_MARKERS)
+    )
+    ops: dict[str, dict[str, float]] = {}
+    for e in events:
+        if e.device_type == DeviceType.CPU and e.name.startswith("hotcompile::"):
+            o = ops.setdefault(e.name, {"calls": 0, "host_us": 0.0, "device_us": 0.0})
+            o["calls"] += 1
+            o["host_us"] += e.cpu_time_total
+            o["device_us"] += e.device_time_total
+    avgs = [a for a in prof.key_averages() if a.device_type == DeviceType.CPU]
+    top_cpu = sorted(avgs, key=lambda a: -a.self_cpu_time_total)[:15]
+    res = {
+        "steps": n,
+        "wall_ms": wall_us / 1e3,
+        "gpu_busy_ms": _merged_us(spans) / n / 1e3,
+        "kernel_ms": kernel_us / n / 1e3,
+        "hot_kernel_ms": hot_us / n / 1e3,
+        "kernels_per_step": len(kernels) / n,
+        "top_kernels": [
+            {"name": k[:160], "calls": len(v) / n, "ms": sum(v) / n / 1e3} for k, v in top_kernels
+        ],
+        "hot_ops": {
+            k: {
+                "calls": v["calls"] / n,
+                "host_ms": v["host_us"] / n / 1e3,
+                "device_ms": v["device_us"] / n / 1e3,
+            }
+            for k, v in sorted(ops.items())
+        },
+        "top_host_ops": [
+            {
+                "name": a.key[:160],
+                "calls": a.count / n,
+                "self_host_ms": a.self_cpu_time_total / n / 1e3,
+            }
+            for a in top_cpu
+        ],
+    }
+    res["gpu_busy_fraction"] = res["gpu_busy_ms"] / res["wall_ms"] if res["wall_ms"] else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        name = "profile_" + "_".join(title.split(" ")[:2]) + ".txt"
+        (out / name).write_text(profile_text(title, res))
+    return res
+
+
+def profile_text(title: str, p: dict[str, Any]) -> str:
+    """One profile (``profile_steps_of``) as plain-text tables, per step."""
+    lines = [
+        f"{title}: {p['steps']} profiled steps; per step:",
+        f"  wall {p['wall_ms']:.1f} ms, GPU busy {p['gpu_busy_ms']:.1f} ms "
+        f"({_fmt(p['gpu_busy_fraction'], '.0%')}), kernels {p['kernel_ms']:.1f} ms in "
+        f"{p['kernels_per_step']:.0f} launches, HOT-named kernels {p['hot_kernel_ms']:.1f} ms",
+        "",
+        "top kernels (device ms per step, calls per step):",
+    ]
+    lines += [f"  {k['ms']:8.2f} {k['calls']:6.0f}  {k['name']}" for k in p["top_kernels"]]
+    if p["hot_ops"]:
+        lines += ["", "hotcompile ops (calls, host ms incl. children, device ms of their kernels):"]
+        lines += [
+            f"  {v['calls']:5.0f} {v['host_ms']:8.2f} {v['device_ms']:8.2f}  {k}"
+            for k, v in p["hot_ops"].items()
+        ]
+    lines += ["", "top host operators (self host ms per step, calls per step):"]
+    lines += [
+        f"  {a['self_host_ms']:8.2f} {a['calls']:6.0f}  {a['name']}" for a in p["top_host_ops"]
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def run_variant(
     spec: ModelSpec,
     variant: str,
@@ -339,8 +486,11 @@ def run_variant(
     seed: int,
     progress: bool,
     extra: dict[str, Any] | None = None,
+    profile_steps: int = 0,
+    profile_out: pathlib.Path | None = None,
 ) -> dict[str, Any]:
-    """Build a fresh model (same seed: same init), compile it, warm up, time ``steps`` steps."""
+    """Build a fresh model (same seed: same init), compile it, warm up, time ``steps`` steps;
+    with ``profile_steps``, profile that many more (see :func:`profile_steps_of`)."""
     t_variant = time.perf_counter()
     torch._dynamo.reset()
     hotcompile.clear_plans()
@@ -354,7 +504,11 @@ def run_variant(
     cuda = device.type == "cuda"
     losses: list[float] = []
 
+    graphs = cuda and compiler == "inductor" and uses_cudagraphs(variant)
+
     def step() -> torch.Tensor:
+        if graphs:  # a new iteration: the previous step's graph outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = compiled(x, y)
@@ -387,6 +541,14 @@ def run_variant(
             bar.set_postfix(phase="timed", ms=f"{1e3 * times[-1]:.1f}")
         losses.append(loss.item())
         peak = torch.cuda.max_memory_allocated(device) if cuda else None
+        prof = None
+        if profile_steps:
+            title = f"{spec.name} {variant} (batch {batch})"
+            prof = profile_steps_of(step, profile_steps, device, title, profile_out)
+            bar.set_postfix(phase="profiled")
+
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
 
         # one more forward, kept alive, to read what the graph saves; then finish the step
         opt.zero_grad(set_to_none=True)
@@ -424,6 +586,8 @@ def run_variant(
         "fused_adamw": fused,
         "params": sum(p.numel() for p in module.parameters()),
     }
+    if prof is not None:
+        result["profile"] = prof
     result["variant_s"] = time.perf_counter() - t_variant
     if VARIANTS[variant] is not None:
         result["hot_options"] = hot_options(variant, compiler, extra)
@@ -545,15 +709,16 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         f"Method: {res['method']}",
         "",
-        "Ratios are hot / inductor; speed-up is inductor step time / variant step time.",
+        "Ratios are hot / inductor (hot_cg / inductor_cg); speed-up is that baseline's step "
+        "time / the variant's.",
         "",
         "| model | batch | variant | step (ms) | speed-up | peak | peak ratio "
         "| saved act. | saved ratio | alloc delta | compile (s) | loss first → last |",
         "|" + "---|" * 12,
     ]
     for m in res["models"]:
-        base = m["variants"].get("inductor", {})
         for name, v in m["variants"].items():
+            base = m["variants"].get(BASELINE.get(name, "inductor"), {})
             if "error" in v:
                 lines.append(
                     f"| {m['name']} | {m['batch']} | {name} | error: "
@@ -595,6 +760,34 @@ def markdown(res: dict[str, Any]) -> str:
                 + " | ".join(cells)
                 + f" | {'; '.join(misses) or '-'} "
                 + f"| {_fmt(t.get('saved_act_ratio_excl_param_shaped'))} |"
+            )
+    profiled = [
+        (m, k, v) for m in res["models"] for k, v in m["variants"].items() if "profile" in v
+    ]
+    if profiled:
+        lines += [
+            "",
+            "## Where a step's time goes (torch.profiler, per step)",
+            "",
+            "GPU busy = union of kernel spans; well below the wall time means the host (Python, "
+            "dispatch, launches) is what the step waits on. HOT ops: host time inside the "
+            "`hotcompile::` ops (incl. what they call) and device time of their kernels. "
+            "Tables: profile_<model>_<variant>.txt.",
+            "",
+            "| model | variant | wall (ms) | GPU busy (ms) | busy | kernels / step "
+            "| HOT ops host (ms) | HOT ops device (ms) | top kernel |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for m, k, v in profiled:
+            p = v["profile"]
+            host = sum(o["host_ms"] for o in p["hot_ops"].values())
+            dev = sum(o["device_ms"] for o in p["hot_ops"].values())
+            top = p["top_kernels"][0] if p["top_kernels"] else None
+            top_s = f"{top['name'][:60]} ({top['ms']:.1f} ms)" if top else "-"
+            lines.append(
+                f"| {m['name']} | {k} | {p['wall_ms']:.1f} | {p['gpu_busy_ms']:.1f} "
+                f"| {_fmt(p['gpu_busy_fraction'], '.0%')} | {p['kernels_per_step']:.0f} "
+                f"| {host:.1f} | {dev:.1f} | {top_s} |"
             )
     notes = [f"- {m['name']}: {m['description']}; batch {m['batch']}." for m in res["models"]]
     lines += ["", "Models:", "", *notes, "", "Variants:", ""]
@@ -687,6 +880,15 @@ def build_parser() -> argparse.ArgumentParser:
         help='extra hotcompile options (JSON) for the hot variants, e.g. \'{"exclude": '
         '["model.head"]}\' or \'{"gx_bits": 8}\'',
     )
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the timed steps, profile N more (torch.profiler) and report where a step's "
+        "time goes: GPU-busy vs wall (host-bound?), top kernels, hotcompile ops' host and "
+        "device time; tables also in OUT/profile_<model>_<variant>.txt (default: off)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
     return ap
@@ -764,6 +966,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     a.seed,
                     not a.no_progress,
                     extra,
+                    profile_steps=a.profile,
+                    profile_out=pathlib.Path(a.out),
                 )
             except Exception as e:  # noqa: BLE001 - recorded, the other variants still run
                 entry["variants"][variant] = {
@@ -773,10 +977,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"{name} {variant}: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
             finally:
                 _free(device)
-        base = entry["variants"].get("inductor")
         entry["targets"] = {}
         for variant, v in entry["variants"].items():
-            if variant == "inductor" or "error" in v or not base or "error" in base:
+            base = entry["variants"].get(BASELINE.get(variant, "inductor"))
+            if VARIANTS[variant] is None or "error" in v or not base or "error" in base:
                 continue
             entry["targets"][variant] = _targets(base, v)
         # the issue's top-level fields: hot vs inductor
