@@ -1,10 +1,15 @@
 // hotcompile: torch bindings of the CUTLASS scaled GEMMs (hot_gemm.cu). Every precondition the
-// kernels rely on is checked here and reported as a message (the empty string: launched), never
-// thrown: a C++ exception thrown inside a JIT-built extension killed the whole process on the
-// device machine (torch 2.11+cu130, tools/results/gpu_tests.md), as it had for the CUDA
-// quantize kernel (which returns status codes since). hotcompile/kernels/cutlass.py raises a
-// RuntimeError with the message; it checks the same rules first and falls back (returns None)
-// without ever reaching these checks.
+// kernels rely on is checked here and reported as a message (the empty string: launched).
+// hotcompile/kernels/cutlass.py raises a RuntimeError with the message; it checks the same rules
+// first and falls back (returns None) without ever reaching these checks.
+//
+// No iostreams anywhere in this file (no c10::str, no TORCH_CHECK, no std::ostringstream): on
+// the device machine (torch 2.11+cu130, g++ 13.3) any std::ostringstream use inside a JIT-built
+// extension segfaults the process, while throwing and catching, std::string and std::to_string
+// work (tools/results/gpu_tests.md, "Fifth session": a probe extension, one case per process).
+// That is what had killed the process on a failed TORCH_CHECK: its message is built with
+// c10::str, an ostringstream. Messages here are plain string concatenation (msg() below), and
+// tests/test_cutlass_build.py fails on any stream use.
 // Only c10/cuda headers (not ATen/cuda/CUDAContext.h, which pulls in cuSPARSE/cuBLAS headers
 // that a bare nvcc install may lack).
 #include <c10/cuda/CUDAGuard.h>
@@ -22,10 +27,33 @@
 
 namespace {
 
+// The pieces of a message, as text, without iostreams (see the top of the file).
+inline void put(std::string& s, char const* v) { s += v; }
+inline void put(std::string& s, std::string const& v) { s += v; }
+inline void put(std::string& s, int64_t v) { s += std::to_string(v); }
+inline void put(std::string& s, int v) { s += std::to_string(v); }
+inline void put(std::string& s, size_t v) { s += std::to_string(v); }
+inline void put(std::string& s, c10::ScalarType v) { s += c10::toString(v); }
+inline void put(std::string& s, c10::IntArrayRef v) {
+  s += '[';
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v[i]);
+  }
+  s += ']';
+}
+
+template <typename... Parts>
+std::string msg(Parts const&... parts) {
+  std::string s;
+  (put(s, parts), ...);
+  return s;
+}
+
 // Return "hot_gemm: <message>" from the enclosing function unless cond holds.
-#define HOT_REQUIRE(cond, ...)                                \
-  do {                                                        \
-    if (!(cond)) return c10::str("hot_gemm: ", __VA_ARGS__); \
+#define HOT_REQUIRE(cond, ...)                          \
+  do {                                                  \
+    if (!(cond)) return msg("hot_gemm: ", __VA_ARGS__); \
   } while (0)
 
 constexpr int kMaxDevices = 64;
@@ -142,7 +170,7 @@ std::string scaled_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor scale_a,
       workspace = torch::empty({static_cast<int64_t>(ws_bytes)},
                                torch::TensorOptions().dtype(torch::kUInt8).device(a.device()));
     } catch (std::exception const& e) {
-      return c10::str("hot_gemm: workspace of ", ws_bytes, " bytes: ", e.what());
+      return msg("hot_gemm: workspace of ", ws_bytes, " bytes: ", e.what());
     }
     launch.workspace = workspace.data_ptr();
   }
