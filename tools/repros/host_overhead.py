@@ -1,0 +1,163 @@
+"""Where HOT's host time goes: Python profile of compiled training steps, and per-op call cost.
+
+tools/bench_train.py --profile (H100, 2026-11-22) showed HOT's training step host-bound: ViT-B
+at batch 128 kept the GPU busy 34% of the step, and the ``hotcompile::`` ops spent ~2 ms of
+host time per layer per step (inductor's whole step: 42 ms). This script says which Python
+code that is, on a model small enough that the GPU never is the bottleneck:
+
+1. ``cProfile`` over N compiled training steps of a small transformer (``hotcompile.demo.Block``)
+   under ``backend="hot"``: the functions with the most own time and the most cumulative time
+   (tottime / cumtime per step, microseconds).
+2. The host cost of one call of each HOT op on its own (``torch.ops.hotcompile.*`` in a loop,
+   the device queued ahead so only the host is timed): µs per call, with the CUDA kernels and
+   with the pure-PyTorch references installed as the CUDA kernels (the dispatcher's share).
+
+    python3 tools/repros/host_overhead.py [--steps 20] [--out DIR]
+
+Needs CUDA (the CUDA kernels' host path is what is measured); on a CPU machine it runs the
+reference ops and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pathlib
+import pstats
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+import hotcompile
+from hotcompile.demo import Block
+
+
+class Stack(nn.Module):
+    def __init__(self, dim: int, depth: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(dim, dim // 64, 4 * dim) for _ in range(depth))
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x).float().mean()
+
+
+def step_fn(model: nn.Module, x: torch.Tensor, device: torch.device):
+    def step() -> None:
+        for p in model.parameters():
+            p.grad = None
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = model(x)
+        loss.backward()
+
+    return step
+
+
+def profile_steps(step, steps: int, device: torch.device, top: int) -> tuple[str, float]:
+    """cProfile tables of ``steps`` steps (per step) and the host µs per step."""
+    prof = cProfile.Profile()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    sync()
+    per_step_us = (time.perf_counter() - t0) * 1e6 / steps
+    out = io.StringIO()
+    st = pstats.Stats(prof, stream=out)
+    st.strip_dirs()
+    for key in ("tottime", "cumulative"):
+        out.write(f"\n===== by {key} (totals over {steps} steps) =====\n")
+        st.sort_stats(key).print_stats(top)
+    return out.getvalue(), per_step_us
+
+
+def op_call_cost(device: torch.device, reps: int) -> dict[str, float]:
+    """Host µs per call of each HOT op on a ViT-B-sized layer slice (L 1024, 768 → 3072)."""
+    from hotcompile import ops
+
+    L, O, I = 1024, 3072, 768
+    g = torch.Generator(device="cpu").manual_seed(0)
+    gy = torch.randn(L, O, generator=g).to(device, torch.bfloat16)
+    x = torch.randn(L, I, generator=g).to(device, torch.bfloat16)
+    w = torch.randn(O, I, generator=g).to(device, torch.bfloat16) * 0.02
+    block, rows = 16, [0, 2, 3, 8, 10, 11, 12, 14]  # the defaults (LayerSpec.hla_rows)
+    x3, gy3 = x.reshape(8, L // 8, I), gy.reshape(8, L // 8, O)
+    calls = {
+        "hq_grad_input": lambda: ops.hq_grad_input(
+            gy, w, 4, "per_token", "pseudo_stochastic", "sawb", block, "probe", "", False
+        ),
+        "abc_compress": lambda: ops.abc_compress(x3, 0, rows, block, 8, "nearest"),
+    }
+    xq, sx = ops.abc_compress(x3, 0, rows, block, 8, "nearest")
+    calls["hla_grad_weight"] = lambda: ops.hla_grad_weight(
+        gy3, xq, sx, 0, rows, block, 8, "nearest", "probe", False
+    )
+    res = {}
+    for name, fn in calls.items():
+        for _ in range(3):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda._sleep(50_000_000)  # keep the device busy: only the host is timed
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        res[name] = (time.perf_counter() - t0) * 1e6 / reps
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(
+        prog="tools/repros/host_overhead.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--steps", type=int, default=20, help="profiled steps (default 20)")
+    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--depth", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=1024, help="batch x sequence (default 1024)")
+    ap.add_argument("--top", type=int, default=45, help="rows per table (default 45)")
+    ap.add_argument("--reps", type=int, default=200, help="calls per op timing (default 200)")
+    ap.add_argument("--options", default="{}", help="hotcompile options (JSON)")
+    ap.add_argument("--out", type=pathlib.Path, default=None, help="write the report here too")
+    a = ap.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    model = Stack(a.dim, a.depth).to(device)
+    x = torch.randn(a.tokens // 128 or 1, 128, a.dim, device=device)
+    compiled = torch.compile(model, backend="hot", options=json.loads(a.options))
+    step = step_fn(compiled, x, device)
+    cfg = hotcompile.config.HotConfig.from_options(json.loads(a.options))
+    for _ in range(cfg.lqs_calibration_steps + cfg.warmup_steps + 3):
+        step()
+    text, per_step = profile_steps(step, a.steps, device, a.top)
+    costs = op_call_cost(device, a.reps)
+    head = [
+        f"device: {torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}; "
+        f"torch {torch.__version__}; {a.depth} blocks, dim {a.dim}, {a.tokens} tokens",
+        f"host time per compiled step under cProfile: {per_step:.0f} µs "
+        f"({4 * a.depth + 1} HOT linears)",
+        "host µs per op call (device queued ahead): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in costs.items()),
+    ]
+    report = "\n".join(head) + "\n" + text
+    print(report)
+    if a.out:
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / "host_overhead.txt").write_text(report)
+    return {"per_step_us": per_step, "op_us": costs}
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
