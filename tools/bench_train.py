@@ -540,7 +540,11 @@ def run_variant(
             bar.update(1)
             bar.set_postfix(phase="timed", ms=f"{1e3 * times[-1]:.1f}")
         losses.append(loss.item())
-        peak = torch.cuda.max_memory_allocated(device) if cuda else None
+        # under CUDA graphs the step's memory lives in the graph pool, allocated while the
+        # graphs were recorded (warm-up): replays allocate nothing, so the peak after the reset
+        # would show only the optimizer's and the outputs' memory. Not comparable: not given.
+        peak = torch.cuda.max_memory_allocated(device) if cuda and not graphs else None
+        reserved = torch.cuda.memory_reserved(device) if cuda else None
         prof = None
         if profile_steps:
             title = f"{spec.name} {variant} (batch {batch})"
@@ -577,6 +581,7 @@ def run_variant(
         "warmup_s": sum(warm_times),
         "peak_bytes": peak,
         "peak_gib": peak / GIB if peak is not None else None,
+        "reserved_bytes": reserved,
         "saved_act_bytes": saved,
         "saved_act_gib": saved / GIB,
         "saved_param_shaped_bytes": param_shaped,
@@ -658,7 +663,7 @@ def _targets(base: dict[str, Any], hot: dict[str, Any]) -> dict[str, Any]:
             "target": f"<= {TARGET_PEAK_RATIO}",
             "value": None,
             "met": None,
-            "miss": "not measured (no CUDA device)",
+            "miss": "not measured (no CUDA device, or CUDA graphs: memory in the graph pool)",
         }
     return out
 
@@ -675,7 +680,10 @@ METHOD = (
     "forward (the compiled graph's saved tensors, one count per storage, parameters excluded, "
     "autocast's bf16 weight copies included and also given as saved_param_shaped_bytes); "
     "fwd_alloc_delta_bytes: torch.cuda.memory_allocated after minus before that forward "
-    "(gradients freed) as a cross-check."
+    '(gradients freed) as a cross-check. CUDA-graph variants (mode="reduce-overhead", '
+    "torch.compiler.cudagraph_mark_step_begin() before each step): no peak (their memory is "
+    "the graph pool, allocated while recording; replays allocate nothing), reserved_bytes "
+    "(torch.cuda.memory_reserved after the timed steps) for information."
 )
 
 
