@@ -398,6 +398,7 @@ def pilot_plan(
     lr: float,
     loss_fn: Callable,
     steps: int = PILOT_STEPS,
+    options: dict[str, Any] | None = None,
 ) -> Any:
     """``hot_plan``'s plan: train a copy of ``model`` in FP32 (eager) for ``steps`` steps, then
     ``hotcompile.calibrate`` on the copy with the next batch. ``model`` itself is untouched, so
@@ -410,7 +411,7 @@ def pilot_plan(
     pilot = copy.deepcopy(model)
     _fit(pilot, pilot, "fp32", batch_iter, steps, lr, loss_fn, steps, lambda n: None)
     x, y = next(batch_iter)
-    return hotcompile.calibrate(pilot, x, lambda out: loss_fn(out, y))
+    return hotcompile.calibrate(pilot, x, lambda out: loss_fn(out, y), options)
 
 
 def with_pilot_plan(
@@ -427,7 +428,12 @@ def with_pilot_plan(
     does not take the training run's batches. Returns the options and the plan's decisions
     (for the JSON)."""
     plan = pilot_plan(
-        model, make_batches(torch.Generator().manual_seed(10_000 + seed)), lr, loss_fn, steps
+        model,
+        make_batches(torch.Generator().manual_seed(10_000 + seed)),
+        lr,
+        loss_fn,
+        steps,
+        options,  # e.g. the plan's hla_threshold
     )
     return {**(options or {}), "plan": plan}, plan_summary(plan)
 
@@ -909,6 +915,10 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_exact_gx": {"gx_bits": None},  # g_w path only (HLA + INT8)
     "naive_int4": VARIANTS["naive_int4"],
     "hot_plan": VARIANTS["hot_plan"],  # calibrate's per-layer plan after a short FP32 pilot
+    # the plan with a stricter HLA threshold (the default 0.6 kept HLA on 8 of 41 layers at
+    # e_hla 0.25-0.58 and cost ~24 points); INT8 on both paths, no HLA
+    "hot_plan_strict": {"hla_threshold": 0.2},
+    "hot_int8_no_hla": {"gx_bits": 8, "hla": False},
 }
 #: what a plain ``--gpu-lm`` runs (about 3 minutes on an H200); add the rest with --variants
 GPU_LM_DEFAULT = ("bf16", "hot", "hot_exact_gw")
@@ -1007,7 +1017,7 @@ def run_gpu_lm_one(
     torch.manual_seed(seed)
     model = ByteLM(s.dim, s.depth, s.heads, s.ctx).to(device)
     plan_decisions = None
-    if variant == "hot_plan":  # as the CPU task: a pilot on a copy, calibrate, fresh weights
+    if variant.startswith("hot_plan"):  # as the CPU task: pilot on a copy, calibrate, fresh
 
         def pilot_batches(g: torch.Generator) -> Iterator:
             return ((x.to(device), y.to(device)) for x, y in batches(train_text, s.ctx, s.batch, g))
