@@ -19,6 +19,8 @@ import pytest
 import torch
 from conftest import load_tool
 
+import hotcompile.config
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -118,3 +120,16 @@ def test_gpu_lm_hot_plan_records_its_decisions(tmp_path):
     decided = r.extra["plan_decisions"]
     assert {"blocks.0.qkv", "head"} <= set(decided)
     assert all(isinstance(d["hla"], bool) and d["e_hla"] is not None for d in decided.values())
+
+
+def test_gpu_lm_strict_plan_uses_its_threshold(tmp_path):
+    """``hot_plan_strict`` calibrates with its own ``hla_threshold`` (0.2): every layer keeps HLA
+    exactly when its measured e_hla is at most that, not the default 0.6."""
+    threshold = acc.GPU_LM_VARIANTS["hot_plan_strict"]["hla_threshold"]
+    assert threshold < hotcompile.config.HotConfig().hla_threshold
+    results, _ = acc.run_gpu_lm(
+        ["hot_plan_strict"], [0], _tiny(), torch.device("cpu"), tmp_path, progress=False, fresh=True
+    )
+    (r,) = results
+    decided = r.extra["plan_decisions"]
+    assert decided and all(d["hla"] == (d["e_hla"] <= threshold) for d in decided.values())
