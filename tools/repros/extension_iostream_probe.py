@@ -11,12 +11,13 @@ failing ``TORCH_CHECK`` had before. This probe builds a five-function extension 
     catch_throw  throw std::runtime_error, caught, .what()  -> worked
     str_scalar   c10::str of a ScalarType and sizes         -> SIGSEGV
 
-On the CPU machine (torch 2.13.0+cpu, g++ 12) every case works: it is that machine's toolchain
-and torch build together, not the code. So iostreams are what crash (``TORCH_CHECK`` formats its message with ``c10::str``), not C++
-exceptions. csrc/hot_gemm_bindings.cpp builds its messages without streams since, and
-tests/test_cutlass_build.py rejects any stream use in the bindings. Output of the run:
-tools/results/gpu_logs/s5_probe_iostream_probe.txt (it ran as an uncommitted probe.py with the same
-extension source and cases, plus two cases calling the CUTLASS module that never got it built).
+On the CPU machine (torch 2.13.0+cpu, g++ 12) every case works: it is that machine's
+toolchain and torch build together, not the code. So iostreams are what crash (``TORCH_CHECK``
+formats its message with ``c10::str``), not C++ exceptions. csrc/hot_gemm_bindings.cpp builds
+its messages without streams since, and tests/test_cutlass_build.py rejects any stream use in
+the bindings. Output of the run: tools/results/gpu_logs/s5_probe_iostream_probe.txt (it ran as
+an uncommitted probe.py with the same extension source and cases, plus two cases calling the
+CUTLASS module that never got it built).
 
     python3 tools/repros/extension_iostream_probe.py          # every case, one process each
     python3 tools/repros/extension_iostream_probe.py str_c10  # one case in this process
