@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
 from hotcompile import lqs
 from hotcompile.hla import hla_transform, patch_side
+from hotcompile.quant import FP8_E4M3
 
 ops = torch.ops.hotcompile
 
@@ -50,6 +51,7 @@ class LayerSpec:
     lqs_key: str = ""
     weight_scale: str = "sawb"
     gw_bits: int | None = 8
+    gw_format: str = "int8"
     hla_rows: tuple[int, ...] = (0, 2, 3, 8, 10, 11, 12, 14)
     block: int = 16
     rounding: str = "pseudo_stochastic"
@@ -65,6 +67,12 @@ class LayerSpec:
     @property
     def per_token(self) -> bool:
         return self.gx_scaling == "per_token"
+
+    @property
+    def gw_rounding(self) -> str:
+        """The g_w path's rounding argument: ``quant.FP8_E4M3`` for FP8 codes (the ops take
+        the format where an integer rounding goes), else the configured rounding."""
+        return FP8_E4M3 if self.gw_format == "fp8" else self.rounding
 
     @property
     def gx_block(self) -> int:
@@ -112,7 +120,9 @@ def _compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows) -> tuple[torch.Te
     """What the forward saves for the weight gradient (ABC), given ``x3: [N, S, D]``."""
     if spec.gw_bits is None:  # HLA without quantization: keep T x in float32
         return (hla_transform(x3, grid_w, tuple(rows), spec.block),)
-    return tuple(ops.abc_compress(x3, grid_w, list(rows), spec.block, spec.gw_bits, spec.rounding))
+    return tuple(
+        ops.abc_compress(x3, grid_w, list(rows), spec.block, spec.gw_bits, spec.gw_rounding)
+    )
 
 
 def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> torch.Tensor:
@@ -129,7 +139,7 @@ def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> tor
         list(rows),
         spec.block,
         spec.gw_bits,
-        spec.rounding,
+        spec.gw_rounding,
         spec.name,
         spec.check,
     )
@@ -146,7 +156,7 @@ def _weight_grad_dense(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, gri
         list(rows),
         spec.block,
         spec.gw_bits,
-        spec.rounding,
+        spec.gw_rounding,
         spec.name,
         spec.check,
     )

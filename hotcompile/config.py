@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 ROUNDINGS = ("stochastic", "pseudo_stochastic", "nearest")
+GW_FORMATS = ("int8", "fp8")
 WEIGHT_SCALES = ("sawb", "maxabs")
 GX_SCALINGS = ("lqs", "per_token", "per_tensor")
 LQS_METRICS = ("transformed", "raw")
@@ -54,6 +55,10 @@ class HotConfig:
         gx_bits: bit-width of the g_x path (HQ): 4 (paper), 8, or None for an exact g_x.
         gw_bits: bit-width of the g_w path (HLA operands): 8 (paper), 4, or None for
             unquantized operands.
+        gw_format: the 8-bit g_w codes: ``"int8"`` (paper: integer codes, s8 × s8 → s32 GEMM)
+            or ``"fp8"`` (FP8-e4m3 values with a max-abs/448 scale; needs ``gw_bits=8``). The
+            FP8 path runs the pure-PyTorch reference on CUDA too (no fused FP8 HLA kernel yet);
+            its accuracy is in tools/results/accuracy.md (variant ``hot_fp8_gw``).
         hla: apply HLA (the low-rank projection along L) on the g_w path. With a plan from
             :func:`hotcompile.calibrate`, a layer whose plan entry says ``hla=False`` runs its
             g_w path without the projection (INT8 of x and g_y only; the forward then saves
@@ -123,6 +128,7 @@ class HotConfig:
     hadamard: bool = True
     gx_bits: int | None = 4
     gw_bits: int | None = 8
+    gw_format: str = "int8"
     hla: bool = True
     hla_threshold: float | None = 0.6
     gx_scaling: str = "lqs"
@@ -166,6 +172,13 @@ class HotConfig:
                 raise bad(name, getattr(self, name), "True or False")
         choice("gx_scaling", GX_SCALINGS)
         choice("rounding", ROUNDINGS)
+        choice("gw_format", GW_FORMATS)
+        if self.gw_format == "fp8" and self.gw_bits != 8:
+            raise bad(
+                "gw_format",
+                "fp8",
+                f"FP8 codes are 8 bits wide: needs gw_bits=8, not {self.gw_bits}",
+            )
         choice("lqs_metric", LQS_METRICS)
         for name in ("lqs_calibration_steps", "warmup_steps"):
             v = getattr(self, name)

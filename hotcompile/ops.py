@@ -20,6 +20,7 @@ import torch
 from hotcompile import lqs, numerics
 from hotcompile.hadamard import block_hadamard, padded
 from hotcompile.hla import hla_transform, patch_side
+from hotcompile.quant import code_dtype
 from hotcompile.quant import quantize as _quantize
 
 
@@ -94,7 +95,7 @@ def quantize(
 def _(x, bits, per_token, rounding, scale_mode):
     R = x.shape[0]
     return (
-        x.new_empty(x.shape, dtype=torch.int8),
+        x.new_empty(x.shape, dtype=code_dtype(rounding)),
         x.new_empty((R if per_token else 1,), dtype=torch.float32),
     )
 
@@ -149,7 +150,7 @@ def abc_compress(
 def _(x, grid_w, rows, block, bits, rounding):
     N, S, D = x.shape
     R = _compressed_rows(N, S, grid_w, rows, block)
-    codes = x.new_empty((D, R), dtype=torch.int8).t()  # column-major, as the real op
+    codes = x.new_empty((D, R), dtype=code_dtype(rounding)).t()  # column-major, as the op
     return codes, x.new_empty((1,), dtype=torch.float32)
 
 
@@ -274,13 +275,19 @@ def hla_grad_weight(
 
     ``g̃ = T·g_y`` (same geometry as the forward's ``abc_compress``), ``g̃q = Q(g̃)`` per-tensor,
     ``g_w = s_g·s_x·(g̃qᵀ·x̃q) / block`` (no ``/block`` without HLA). ``gy: [N, S, O]``,
-    ``xq: [R, I]`` int8, ``sx: [1]``; returns float32 ``[O, I]``.
+    ``xq: [R, I]`` int8 (``float8_e4m3fn`` with ``rounding="fp8_e4m3"``: the FP8 g_w path),
+    ``sx: [1]``; returns float32 ``[O, I]``.
     """
     g_t = _transform(gy, grid_w, rows, block)
     gq, sg = _quantize(g_t, bits, False, rounding, "maxabs")
     if check:
         numerics.check_scale(sg, layer, "g_w")
-    acc = int_gemm(gq.t().contiguous(), xq.t().contiguous()).to(torch.float32)
+    if gq.dtype != xq.dtype:
+        raise TypeError(f"hla_grad_weight: g_y codes are {gq.dtype}, the saved x codes {xq.dtype}")
+    if gq.is_floating_point():  # FP8 codes: products are exact in float32, sums accumulate there
+        acc = gq.to(torch.float32).t() @ xq.to(torch.float32)
+    else:
+        acc = int_gemm(gq.t().contiguous(), xq.t().contiguous()).to(torch.float32)
     return acc * (sg * sx / (block if rows else 1))
 
 

@@ -249,6 +249,7 @@ def _spec(
         lqs_key=key,
         weight_scale=config.weight_scale,
         gw_bits=config.gw_bits,
+        gw_format=config.gw_format,
         hla_rows=hla_rows(config.hla_rows, config.rank, config.block_size) if hla else (),
         block=config.block_size,
         rounding=config.rounding,
