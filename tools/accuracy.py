@@ -24,7 +24,8 @@ g_w: only the g_x path is approximated), ``hot_no_hla`` (HLA off: INT8 g_w witho
 projection, the setting language models need today), ``naive_int4`` (per-tensor INT4 on both
 backward paths, no Hadamard, no HLA), ``hot_plan`` (HOT with the per-layer HLA choice and LQS
 quantizers of ``hotcompile.calibrate`` run on the model of a 60-step FP32 pilot, then training
-from the seed's initial weights with ``options={"plan": plan}``). LoRA variants: ``lora``
+from the seed's initial weights with ``options={"plan": plan}``), ``hot_fp8_gw`` (HOT with
+FP8-e4m3 instead of INT8 codes on the g_w path). LoRA variants: ``lora``
 (plain), ``lora_hot_base`` (HOT on the frozen base only, which gets only the g_x path),
 ``lora_hot_all`` (HOT on the adapters too).
 
@@ -82,6 +83,8 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # HOT defaults + a plan from ``hotcompile.calibrate`` after a short FP32 pilot (per-layer
     # HLA choice and LQS quantizers decided ahead of training; see ``pilot_plan``)
     "hot_plan": {},
+    # HOT with FP8-e4m3 codes on the g_w path instead of INT8 (issue 4's FP8 g_w alternative)
+    "hot_fp8_gw": {"gw_format": "fp8"},
 }
 #: FP32 steps of the pilot whose model ``hot_plan`` calibrates on (docs/numerics.md: the byte
 #: LM's gradients stop being smooth along the sequence after 30-60 steps)
@@ -918,6 +921,7 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     # the plan with a stricter HLA threshold (the default 0.6 kept HLA on 8 of 41 layers at
     # e_hla 0.25-0.58 and cost ~24 points); INT8 on both paths, no HLA
     "hot_plan_strict": {"hla_threshold": 0.2},
+    "hot_fp8_gw": VARIANTS["hot_fp8_gw"],  # FP8-e4m3 g_w codes instead of INT8
     "hot_int8_no_hla": {"gx_bits": 8, "hla": False},
 }
 #: what a plain ``--gpu-lm`` runs (about 3 minutes on an H200); add the rest with --variants
@@ -1447,6 +1451,7 @@ what each variant is (all through torch.compile):
   hot_plan      HOT with hotcompile.calibrate's per-layer plan (HLA kept only where its g_w
                 error is <= hla_threshold), calibrated after a 60-step FP32 pilot
   naive_int4    per-tensor INT4 on both backward paths, no Hadamard, no HLA
+  hot_fp8_gw    HOT with FP8-e4m3 codes on the g_w path (gw_format="fp8") instead of INT8
   lora tasks:   lora (plain) / lora_hot_base (HOT on frozen base only) / lora_hot_all
 
 examples:
