@@ -92,6 +92,7 @@ class LayerReport:
     weight_grad: bool
     formulas: cost.Formulas
     values: dict[str, dict[str, int | float]]
+    gw_format: str = "int8"  #: the g_w codes when gw_bits is 8: "int8" or "fp8" (e4m3)
 
     def to_json(self, formulas: bool = False) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -105,6 +106,7 @@ class LayerReport:
             "path": self.path,
             "reason": self.reason,
             "bits": {"gx": self.gx_bits, "gw": self.gw_bits},
+            "gw_format": self.gw_format if self.gw_bits == 8 else None,
             "hla": {"n": self.n, "r": self.r},
             "quantizer": self.quantizer,
             "weight_grad": self.weight_grad,
@@ -220,7 +222,8 @@ class Report:
         rows = []
         for lay in self.layers:
             j = lay.to_json()
-            bits = "-" if lay.path == "skipped" else f"{lay.gx_bits or 32}/{lay.gw_bits or 32}"
+            gw = "fp8" if lay.gw_bits == 8 and lay.gw_format == "fp8" else lay.gw_bits or 32
+            bits = "-" if lay.path == "skipped" else f"{lay.gx_bits or 32}/{gw}"
             rows.append([
                 lay.name, lay.kind, j["L"], lay.O, lay.I,
                 lay.path + (f" ({lay.reason})" if lay.reason else ""), bits, lay.quantizer or "-",
@@ -636,6 +639,7 @@ def _layer(
         path=plan.path, reason=plan.reason, gx_bits=gx_bits if path.rewritten else None,
         gw_bits=gw_bits if path.hot_gw else None, n=n, r=rows if hla else n,
         quantizer=_quantizer(plan), weight_grad=node.weight_grad, formulas=f, values=values,
+        gw_format=spec.gw_format if spec is not None else config.gw_format,
     )  # fmt: skip
 
 

@@ -112,3 +112,14 @@ def test_backend_saves_fp8_codes_and_trains():
         err = ((fp8[w] - exact[w]).norm() / exact[w].norm()).item()
         assert err < 0.05, (w, err)
         assert not torch.equal(fp8[w], int8[w])
+
+
+def test_cost_report_names_the_fp8_g_w_path():
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 16))
+    x = torch.randn(8, 16, 32)
+    fp8 = hotcompile.report(model, x, {"gw_format": "fp8"})
+    assert [lay["gw_format"] for lay in fp8.to_json()["layers"]] == ["fp8", "fp8"]
+    assert "4/fp8" in fp8.table()
+    default = hotcompile.report(model, x)
+    assert {lay["gw_format"] for lay in default.to_json()["layers"]} == {"int8"}
+    assert "4/fp8" not in default.table() and "4/8" in default.table()

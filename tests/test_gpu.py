@@ -176,3 +176,22 @@ def test_turning_comprehensive_padding_back_on_warns():
     c = torch.compile(m, backend="hot", options=opts)
     with pytest.warns(UserWarning, match="comprehensive_padding=True"):
         c(torch.randn(32, 64, device="cuda", requires_grad=True)).sum().backward()
+
+
+def test_fp8_weight_gradient_on_cuda_matches_the_cpu_reference():
+    """``gw_format="fp8"`` on CUDA (the ops fall back to the reference for FP8 codes: no fused
+    FP8 HLA kernel yet): the same e4m3 codes as on the CPU and the same weight gradient."""
+    from hotcompile.quant import FP8_E4M3
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 64, 48, generator=g)
+    gy = torch.randn(2, 64, 80, generator=g) * 1e-3
+    out = {}
+    for dev in ("cpu", "cuda"):
+        xq, sx = ops.abc_compress(x.to(dev), 0, LP_L1, 16, 8, FP8_E4M3)
+        gw = ops.hla_grad_weight(gy.to(dev), xq, sx, 0, LP_L1, 16, 8, FP8_E4M3, "t", True)
+        out[dev] = (xq.cpu(), sx.cpu(), gw.cpu())
+    assert out["cuda"][0].dtype == torch.float8_e4m3fn
+    assert torch.equal(out["cuda"][0].float(), out["cpu"][0].float())
+    assert torch.equal(out["cuda"][1], out["cpu"][1])
+    torch.testing.assert_close(out["cuda"][2], out["cpu"][2], rtol=1e-5, atol=0)
