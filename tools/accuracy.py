@@ -25,7 +25,8 @@ projection, the setting language models need today), ``naive_int4`` (per-tensor 
 backward paths, no Hadamard, no HLA), ``hot_plan`` (HOT with the per-layer HLA choice and LQS
 quantizers of ``hotcompile.calibrate`` run on the model of a 60-step FP32 pilot, then training
 from the seed's initial weights with ``options={"plan": plan}``), ``hot_fp8_gw`` (HOT with
-FP8-e4m3 instead of INT8 codes on the g_w path). LoRA variants: ``lora``
+FP8-e4m3 instead of INT8 codes on the g_w path), ``hot_fp8_no_hla`` (the same, HLA off).
+LoRA variants: ``lora``
 (plain), ``lora_hot_base`` (HOT on the frozen base only, which gets only the g_x path),
 ``lora_hot_all`` (HOT on the adapters too).
 
@@ -85,6 +86,8 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_plan": {},
     # HOT with FP8-e4m3 codes on the g_w path instead of INT8 (issue 4's FP8 g_w alternative)
     "hot_fp8_gw": {"gw_format": "fp8"},
+    # the same without HLA: FP8 vs INT8 rounding is then what separates it from hot_no_hla
+    "hot_fp8_no_hla": {"gw_format": "fp8", "hla": False},
 }
 #: FP32 steps of the pilot whose model ``hot_plan`` calibrates on (docs/numerics.md: the byte
 #: LM's gradients stop being smooth along the sequence after 30-60 steps)
@@ -1452,6 +1455,7 @@ what each variant is (all through torch.compile):
                 error is <= hla_threshold), calibrated after a 60-step FP32 pilot
   naive_int4    per-tensor INT4 on both backward paths, no Hadamard, no HLA
   hot_fp8_gw    HOT with FP8-e4m3 codes on the g_w path (gw_format="fp8") instead of INT8
+  hot_fp8_no_hla  as hot_fp8_gw with HLA off (compare with hot_no_hla: FP8 vs INT8 rounding)
   lora tasks:   lora (plain) / lora_hot_base (HOT on frozen base only) / lora_hot_all
 
 examples:
