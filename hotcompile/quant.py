@@ -119,10 +119,11 @@ def quantize_fp8(
     """FP8-e4m3 quantization of a 2-D tensor: ``(codes float8_e4m3fn, scale float32)``.
 
     Why it exists: the g_w path's configurable alternative to INT8 (the issue asks for FP8 g_w
-    with its accuracy measured). e4m3 keeps ~2 significant decimal digits at every magnitude
-    where INT8's uniform grid keeps 127 levels: small gradient entries fare better, large ones
-    worse. ``scale = max-abs / 448``; values are divided by it like the integer path, clamped
-    to ±448 (torch's cast would turn larger values into NaN) and cast with round-to-nearest-even.
+    with its accuracy measured). e4m3 keeps 3 mantissa bits (at most 2^-4 relative error) for
+    values above 2^-6 (in units of the scale), where INT8's uniform grid keeps 127 levels: small
+    gradient entries fare better, large ones worse. ``scale = max-abs / 448`` (times the float32
+    reciprocal); values are divided by it like the integer path, clamped to ±448 (torch's cast
+    would turn larger values into NaN) and cast with round-to-nearest-even.
     A NaN/Inf input gives a non-finite scale, as in :func:`quantize`.
     """
     if bits != 8:
