@@ -239,6 +239,11 @@ PLAIN_MODES: dict[str, str | None] = {"inductor": None, "inductor_cg": "reduce-o
 BASELINE: dict[str, str] = {"hot_cg": "inductor_cg"}
 
 
+def baseline_of(variant: str) -> str:
+    """The plain variant whose run ``variant``'s ratios and targets are taken against."""
+    return BASELINE.get(variant, "inductor")
+
+
 VARIANT_NOTES: dict[str, str] = {
     "inductor": "`torch.compile(model)`, bf16 autocast",
     "hot": '`torch.compile(model, backend="hot")` with default options (INT4 g_x with LQS, '
@@ -370,7 +375,7 @@ def profile_steps_of(
     n: int,
     device: torch.device,
     title: str,
-    out: pathlib.Path | None,
+    out_file: pathlib.Path | None,
 ) -> dict[str, Any]:
     """Run ``n`` more steps under ``torch.profiler`` and say where a step's time goes.
 
@@ -380,7 +385,7 @@ def profile_steps_of(
     wall time (profiler on, so a little above the timed median), GPU-busy time (union of kernel
     spans), the kernels taking the most device time, the ``hotcompile::`` ops (host time spent
     in them and device time of the kernels they launch), and the operators taking the most
-    host time. ``out``: also writes the tables as text there.
+    host time. ``out_file``: also writes the tables there as text.
     """
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -443,10 +448,9 @@ def profile_steps_of(
         ],
     }
     res["gpu_busy_fraction"] = res["gpu_busy_ms"] / res["wall_ms"] if res["wall_ms"] else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        name = "profile_" + "_".join(title.split(" ")[:2]) + ".txt"
-        (out / name).write_text(profile_text(title, res))
+    if out_file is not None:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(profile_text(title, res))
     return res
 
 
@@ -548,7 +552,8 @@ def run_variant(
         prof = None
         if profile_steps:
             title = f"{spec.name} {variant} (batch {batch})"
-            prof = profile_steps_of(step, profile_steps, device, title, profile_out)
+            path = profile_out / f"profile_{spec.name}_{variant}.txt" if profile_out else None
+            prof = profile_steps_of(step, profile_steps, device, title, path)
             bar.set_postfix(phase="profiled")
 
         if graphs:
@@ -726,7 +731,7 @@ def markdown(res: dict[str, Any]) -> str:
     ]
     for m in res["models"]:
         for name, v in m["variants"].items():
-            base = m["variants"].get(BASELINE.get(name, "inductor"), {})
+            base = m["variants"].get(baseline_of(name), {})
             if "error" in v:
                 lines.append(
                     f"| {m['name']} | {m['batch']} | {name} | error: "
@@ -987,7 +992,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 _free(device)
         entry["targets"] = {}
         for variant, v in entry["variants"].items():
-            base = entry["variants"].get(BASELINE.get(variant, "inductor"))
+            base = entry["variants"].get(baseline_of(variant))
             if VARIANTS[variant] is None or "error" in v or not base or "error" in base:
                 continue
             entry["targets"][variant] = _targets(base, v)
