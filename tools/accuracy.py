@@ -89,6 +89,14 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # the same without HLA: FP8 vs INT8 rounding is then what separates it from hot_no_hla
     "hot_fp8_no_hla": {"gw_format": "fp8", "hla": False},
 }
+
+
+def uses_pilot_plan(variant: str) -> bool:
+    """``hot_plan`` and its variations (``hot_plan_strict``): trained with the plan that
+    ``hotcompile.calibrate`` makes on a short FP32 pilot (:func:`with_pilot_plan`)."""
+    return variant.startswith("hot_plan")
+
+
 #: FP32 steps of the pilot whose model ``hot_plan`` calibrates on (docs/numerics.md: the byte
 #: LM's gradients stop being smooth along the sequence after 30-60 steps)
 PILOT_STEPS = 60
@@ -479,7 +487,7 @@ def run_one(
         model = MODELS[task]()
         epochs = settings.cnn_epochs if task == "cnn" else settings.vit_epochs
         steps = epochs * math.ceil(len(xtr) / 64)
-        if variant == "hot_plan":
+        if uses_pilot_plan(variant):
             options, extra["plan_decisions"] = with_pilot_plan(
                 model, options, lambda g: _digits_batches(xtr, ytr, 64, g), seed, 3e-3,
                 F.cross_entropy, min(PILOT_STEPS, steps),  # --quick: fewer
@@ -512,7 +520,7 @@ def run_one(
             steps, lr = s.lora_steps, 3e-3
         extra["params"] = sum(p.numel() for p in model.parameters())
         extra["trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        if variant == "hot_plan":
+        if uses_pilot_plan(variant):
             options, extra["plan_decisions"] = with_pilot_plan(
                 model, options, lambda g: batches(train_text, s.lm_ctx, s.lm_batch, g), seed,
                 lr, _lm_loss, min(PILOT_STEPS, steps),
@@ -1024,7 +1032,7 @@ def run_gpu_lm_one(
     torch.manual_seed(seed)
     model = ByteLM(s.dim, s.depth, s.heads, s.ctx).to(device)
     plan_decisions = None
-    if variant.startswith("hot_plan"):  # as the CPU task: pilot on a copy, calibrate, fresh
+    if uses_pilot_plan(variant):  # as the CPU task: pilot on a copy, calibrate, fresh
 
         def pilot_batches(g: torch.Generator) -> Iterator:
             return ((x.to(device), y.to(device)) for x, y in batches(train_text, s.ctx, s.batch, g))
