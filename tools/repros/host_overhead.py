@@ -32,8 +32,10 @@ import time
 import torch
 import torch.nn as nn
 
-import hotcompile
 from hotcompile.demo import Block
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from bench_train import warmup_steps_needed  # noqa: E402
 
 
 class Stack(nn.Module):
@@ -136,10 +138,10 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(0)
     model = Stack(a.dim, a.depth).to(device)
     x = torch.randn(a.tokens // 128 or 1, 128, a.dim, device=device)
-    compiled = torch.compile(model, backend="hot", options=json.loads(a.options))
+    options = json.loads(a.options)
+    compiled = torch.compile(model, backend="hot", options=options)
     step = step_fn(compiled, x, device)
-    cfg = hotcompile.config.HotConfig.from_options(json.loads(a.options))
-    for _ in range(cfg.lqs_calibration_steps + cfg.warmup_steps + 3):
+    for _ in range(warmup_steps_needed(4, options)):  # past LQS calibration and INT8 warm-up
         step()
     text, per_step = profile_steps(step, a.steps, device, a.top)
     costs = op_call_cost(device, a.reps)
