@@ -183,8 +183,9 @@ def test_unsupported_cases_return_none_on_cuda():
 
 
 def test_cpp_checks_return_clear_messages():
-    """The bindings refuse bad calls with a message instead of a C++ exception (one killed the
-    process on the device machine); the Python wrapper checks first and never reaches them."""
+    """The bindings refuse bad calls with a message built without iostreams (a TORCH_CHECK's
+    message, an ostringstream, killed the process on the device machine); the Python wrapper
+    checks first and never reaches them."""
     mod = cutlass.EXTENSION.module
     assert mod is not None
     one = torch.ones(1, device="cuda")

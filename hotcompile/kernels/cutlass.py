@@ -248,8 +248,9 @@ def scaled_gemm(
     if out is None:
         out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     assert EXTENSION.module is not None
-    # the extension reports a refused call as a message (it never throws: a C++ exception
-    # inside a JIT-built extension killed the process on the device machine)
+    # the extension reports a refused call as a message built without iostreams (on the
+    # device machine any ostringstream in a JIT-built extension, so any TORCH_CHECK message,
+    # killed the process: tools/repros/extension_iostream_probe.py)
     why = EXTENSION.module.scaled_gemm(a, b, sa, sb, float(alpha), out, accumulate, int(config))
     if why:
         raise RuntimeError(why)
