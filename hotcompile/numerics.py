@@ -17,6 +17,7 @@ capture nothing is checked (replays run no Python); the NaN/Inf still propagates
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
@@ -48,7 +49,7 @@ def _poll(wait: bool = False) -> None:
         elif not event.query():
             keep.append((layer, path, flag, event))
             continue
-        if bool(flag):
+        if not math.isfinite(flag.item()):
             _report(layer, path)
     _pending[:] = keep
 
@@ -64,10 +65,13 @@ def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
         return  # no event queries, no host copies while a CUDA graph is recorded
     if _pending:
         _poll()
-    if layer in _reported:
+    if layer in _reported or scale.numel() == 0:
         return
-    flag = torch.empty((), dtype=torch.bool, pin_memory=True)
-    flag.copy_(~torch.isfinite(scale).all(), non_blocking=True)
+    # the largest scale is non-finite iff one is (amax propagates NaN): one reduction, none
+    # for a per-tensor scale, then one 4-byte copy into pinned memory, read when it has landed
+    top = scale.reshape(()) if scale.numel() == 1 else scale.amax()
+    flag = torch.empty((), dtype=torch.float32, pin_memory=True)
+    flag.copy_(top, non_blocking=True)
     event = torch.cuda.Event()
     event.record()
     _pending.append((layer, path, flag, event))

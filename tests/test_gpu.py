@@ -179,8 +179,8 @@ def test_turning_comprehensive_padding_back_on_warns():
 
 
 def test_fp8_weight_gradient_on_cuda_matches_the_cpu_reference():
-    """``gw_format="fp8"`` on CUDA (the ops fall back to the reference for FP8 codes: no fused
-    FP8 HLA kernel yet): the same e4m3 codes as on the CPU and the same weight gradient."""
+    """``gw_format="fp8"`` on CUDA (the fused HLA kernel writes e4m3 codes, an FP8 GEMM
+    multiplies them): the same e4m3 codes as on the CPU and the same weight gradient."""
     from hotcompile.quant import FP8_E4M3
 
     g = torch.Generator().manual_seed(0)

@@ -12,7 +12,7 @@ import torch
 from conftest import skip_module_without_cuda_triton
 
 from hotcompile.hla import hla_transform
-from hotcompile.quant import quantize
+from hotcompile.quant import FP8_E4M3, quantize
 
 pytestmark = [pytest.mark.gpu]
 skip_module_without_cuda_triton()
@@ -57,6 +57,22 @@ def test_hla_quantize_bit_exact(N, S, D, grid_w, rows, dtype, rounding):
             assert torch.equal(s.cpu(), rs), (bits, trans)
 
 
+@pytest.mark.parametrize("N,S,D,grid_w", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp8_codes_bit_exact(N, S, D, grid_w, dtype):
+    """The g_w path's FP8 format: e4m3 codes and the max-abs/448 scale equal to the
+    reference's (``torch``'s round-to-nearest-even cast), both layouts."""
+    x = _x(N, S, D, dtype, seed=N * S + D)
+    x[0, 0] *= 1e-4  # small values: e4m3 subnormals
+    rc, rs = _ref(x, grid_w, LP_L1, 8, FP8_E4M3)
+    for trans in (True, False):
+        c, s = hla_triton.hla_quantize(x.cuda(), grid_w, LP_L1, 8, FP8_E4M3, trans)
+        c = (c.t() if trans else c).cpu()
+        assert c.dtype == torch.float8_e4m3fn
+        assert torch.equal(c.float(), rc.float()), (trans, (c.float() != rc.float()).sum().item())
+        assert torch.equal(s.cpu(), rs), trans
+
+
 @pytest.mark.parametrize("block_b,block_d,warps", [(4, 128, 4), (16, 32, 4), (2, 256, 8)])
 def test_other_tiles_bit_exact(block_b, block_d, warps):
     x = _x(3, 100, 200, torch.bfloat16, seed=3)
@@ -93,6 +109,14 @@ def test_registered_as_cuda_kernels():
     finally:
         hla_triton.hla_quantize = orig
     assert len(calls) == 4
+    calls.clear()
+    hla_triton.hla_quantize = counting
+    try:  # the FP8 g_w format runs the kernels too (no reference fallback)
+        xq, sx = ops.abc_compress(x, 0, LP_L1, 16, 8, FP8_E4M3)
+        ops.hla_grad_weight(x, xq, sx, 0, LP_L1, 16, 8, FP8_E4M3, "l", False)
+    finally:
+        hla_triton.hla_quantize = orig
+    assert len(calls) == 2 and xq.dtype == torch.float8_e4m3fn
 
 
 @pytest.mark.parametrize("N,S,D,grid_w", SHAPES)
@@ -231,3 +255,19 @@ def test_training_step_under_torch_compile_matches_reference(abc):
         p.grad = g
     opt.step()
     assert all(p.isfinite().all() for p in m.parameters())
+
+
+@pytest.mark.parametrize("N,S,O,I,grid_w", GW_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fp8_hla_grad_weight_matches_reference(N, S, O, I, grid_w, dtype):
+    """FP8 g_w on CUDA: the e4m3 GEMM (products exact in float32, sums in another order
+    than the reference's matmul) equals the reference to float32 rounding."""
+    kernels.register()
+    gy = (_x(N, S, O, torch.float32, seed=O) * 1e-3).to(dtype).cuda()
+    x = _x(N, S, I, dtype, seed=I).cuda()
+    xq, sx = hops.abc_compress._init_fn(x, grid_w, LP_L1, 16, 8, FP8_E4M3)
+    args = (grid_w, LP_L1, 16, 8, FP8_E4M3, "l", False)
+    ref = hops.hla_grad_weight._init_fn(gy, xq, sx, *args)
+    for out in (ops.hla_grad_weight(gy, xq, sx, *args), ops.hla_grad_weight_dense(gy, x, *args)):
+        assert out.dtype == torch.float32 and out.shape == (O, I)
+        assert ((out - ref).norm() / ref.norm()).item() < 1e-5

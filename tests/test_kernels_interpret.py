@@ -43,6 +43,17 @@ CHECK = textwrap.dedent("""
                     rc, rs = quantize(hla_transform(x, grid_w, LP_L1), bits, False, rounding)
                     n += 1
                     bad += not (torch.equal(c, rc) and torch.equal(s, rs))
+    # the g_w path's FP8 format: e4m3 codes (max-abs/448, round-to-nearest-even), both layouts
+    from hotcompile.quant import FP8_E4M3
+    for grid_w in (0, 5):
+        x = torch.randn(2, 35, 24) * torch.logspace(-4, 2, 24)  # e4m3's subnormals and top
+        rc, rs = quantize(hla_transform(x, grid_w, LP_L1), 8, False, FP8_E4M3)
+        for transposed in (False, True):
+            c, s = hla_quantize(x, grid_w, LP_L1, 8, FP8_E4M3, transposed=transposed)
+            c = c.t() if transposed else c
+            n += 1
+            bad += not (c.dtype == rc.dtype and torch.equal(c.float(), rc.float())
+                        and torch.equal(s, rs))
     # HQ's weight quantizer (the HLA kernel with all 16 rows, stored K-major): max-abs codes
     # and scales bit-exact; SAWB's scale from atomic sums to float32 rounding, codes equal
     from hotcompile.kernels.hq_triton import quantize_weight
@@ -76,6 +87,47 @@ def test_interpreted_kernels_match_reference_bit_exactly():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = subprocess.run(
         [sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    done, total = out.stdout.split()[-1].split("/")
+    assert done == total, out.stdout
+
+
+E4M3 = textwrap.dedent("""
+    import torch
+    import triton
+    import triton.language as tl
+    from hotcompile.kernels.rounding import codes
+
+    @triton.jit
+    def fp8_codes(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + o, mask=o < n)
+        one = tl.full([BLOCK], 1.0, tl.float32)  # the scale
+        tl.store(y_ptr + o, codes(x, one, o, 0, 3, 448, 8), mask=o < n)
+
+    grid = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    grid = grid[torch.isfinite(grid)].unique()  # every finite e4m3 value, sorted
+    mid = (grid[1:] + grid[:-1]) / 2  # the ties: round-half-even decides each of them
+    nudge = torch.cat([mid * (1 + 2**-20), mid * (1 - 2**-20)])
+    x = torch.cat([grid, mid, nudge, torch.randn(4096) * 30, torch.tensor([500.0, -1e6, 1e-12])])
+    y = torch.empty_like(x)
+    fp8_codes[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    want = x.clamp(-448, 448).to(torch.float8_e4m3fn).float()
+    bad = (y != want).sum().item()
+    print(f"{x.numel() - bad}/{x.numel()}")
+""")
+
+
+def test_interpreted_fp8_codes_round_like_torchs_e4m3_cast(tmp_path):
+    """The FP8 rounding of ``rounding.codes`` on every e4m3 value, every midpoint between two
+    (ties to even) and values just off them: equal to torch's cast (a file, not ``-c``:
+    ``triton.jit`` reads the kernel's source)."""
+    script = tmp_path / "e4m3_check.py"
+    script.write_text(E4M3)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-3000:]
     done, total = out.stdout.split()[-1].split("/")

@@ -28,9 +28,10 @@ from hotcompile import numerics
 from hotcompile.hla import patch_side
 from hotcompile.kernels import dispatch
 from hotcompile.kernels.rounding import codes, sawb_scale
-from hotcompile.quant import PSEUDO_BITS, qmax
+from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, code_dtype, qmax
 
-ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2}
+#: rounding name -> the ``ROUNDING`` of ``rounding.codes`` (FP8: the g_w path's e4m3 codes)
+ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2, FP8_E4M3: 3}
 #: default program tile: BLOCK_B blocks × BLOCK_D channels (× 16 positions in registers)
 BLOCK_B = 8
 BLOCK_D = 64
@@ -277,6 +278,7 @@ def supported(x: torch.Tensor, grid_w: int, rows, block: int, bits: int, roundin
         and all(0 <= int(j) < 16 for j in rows)
         and bits in (4, 8)
         and rounding in ROUNDINGS
+        and (rounding != FP8_E4M3 or bits == 8)
         and x.dim() == 3
         and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
         and x.numel() > 0
@@ -304,8 +306,15 @@ def hla_quantize(
     ``out_dtype`` (int8, or float8_e4m3fn for INT4-grid codes). ``sawb`` (4-bit): the SAWB
     scale of ``hotcompile.quant.sawb_scale`` from atomic sums (equal to the reference's to
     float32 rounding) — with ``rows = range(16)`` this is HQ's weight quantizer along O.
+    ``rounding=FP8_E4M3`` (bits 8): e4m3 codes with the max-abs/448 scale (the g_w path's FP8
+    format); ``out_dtype`` is then float8_e4m3fn whatever is passed.
     """
-    if out_dtype == torch.float8_e4m3fn and qmax(bits) > 16:
+    fp8 = rounding == FP8_E4M3
+    if fp8:
+        if bits != 8:
+            raise ValueError(f"FP8 codes are 8 bits wide, got bits={bits}")
+        out_dtype = torch.float8_e4m3fn
+    elif out_dtype == torch.float8_e4m3fn and qmax(bits) > 16:
         raise ValueError("INT8 codes are not exact in float8_e4m3fn: use int8")
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -334,7 +343,7 @@ def hla_quantize(
         NR=nr,
         RP=rp,
         ROUNDING=ROUNDINGS[rounding],
-        QMAX=qmax(bits),
+        QMAX=int(FP8_MAX) if fp8 else qmax(bits),
         PM=PSEUDO_BITS[bits],
         BLOCK_B=block_b,
         BLOCK_D=block_d,
@@ -352,9 +361,9 @@ def _ref(name: str, *args):
 
 
 def abc_compress_cuda(x, grid_w, rows, block, bits, rounding):
-    """CUDA ``hotcompile::abc_compress``: codes ``[R, D]`` int8 (column-major: written as
-    ``[D, R]``, K-major for the g_w GEMM) and the fp32 scale, as the reference returns them
-    (bit-identical for nearest and pseudo_stochastic)."""
+    """CUDA ``hotcompile::abc_compress``: codes ``[R, D]`` int8, or e4m3 for ``FP8_E4M3``
+    (column-major: written as ``[D, R]``, K-major for the g_w GEMM) and the fp32 scale, as the
+    reference returns them (bit-identical for nearest, pseudo_stochastic and FP8)."""
     if not supported(x, grid_w, rows, block, bits, rounding):
         return _ref("abc_compress", x, grid_w, rows, block, bits, rounding)
     codes, scale = hla_quantize(x, grid_w, rows, bits, rounding, transposed=True)
@@ -371,11 +380,15 @@ def _gw(gqt, sg, xqt, sx, block, layer, check):
 
 def hla_grad_weight_cuda(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check):
     """CUDA ``hotcompile::hla_grad_weight``: fused HLA + quantize of g_y written K-major, then
-    the INT8 GEMM ``g̃qᵀ·x̃q`` with the reference's dequantization ``s_g·s_x/16`` in its
-    epilogue. The saved codes are column-major (``abc_compress``), so ``xq.t()`` is K-major
-    without a copy."""
+    the INT8 GEMM ``g̃qᵀ·x̃q`` (FP8-e4m3 with ``FP8_E4M3`` codes, float32 accumulation) with the
+    reference's dequantization ``s_g·s_x/16`` in its epilogue. The saved codes are
+    column-major (``abc_compress``), so ``xq.t()`` is K-major without a copy."""
     args = (gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check)
-    if not supported(gy, grid_w, rows, block, bits, rounding) or xq.dim() != 2:
+    if (
+        not supported(gy, grid_w, rows, block, bits, rounding)
+        or xq.dim() != 2
+        or xq.dtype != code_dtype(rounding)  # the reference says what is wrong
+    ):
         return _ref("hla_grad_weight", *args)
     gqt, sg = hla_quantize(gy, grid_w, rows, bits, rounding, transposed=True)
     if gqt.shape[1] != xq.shape[0]:

@@ -9,15 +9,41 @@ import triton
 import triton.language as tl
 
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
+#: ``ROUNDING`` of the FP8 g_w codes (``hotcompile.quant.FP8_E4M3``); 0-2 are the INT roundings
+FP8 = tl.constexpr(3)
+
+
+@triton.jit
+def _e4m3_rne(v):
+    """``v`` (|v| <= 448) rounded to the nearest float8-e4m3 value, ties to even, in float32.
+
+    Done here rather than left to the float32 -> e4m3 conversion of the store, whose rounding
+    is the hardware's (round-to-nearest-even on sm_89+) but not Triton's interpreter's: the
+    codes are then exact in e4m3 and every conversion agrees. e4m3 keeps 3 fraction bits, so
+    the grid step is 2^(e-3) for a value in [2^e, 2^(e+1)), e >= -6, and 2^-9 below 2^-6
+    (subnormals); ``|v| / step`` and ``· step`` are exact (powers of two).
+    """
+    a = tl.abs(v)
+    e = ((a.to(tl.int32, bitcast=True) >> 23) & 255) - 127  # a's binary exponent
+    k = tl.maximum(e, -6) - 3  # log2 of the grid step
+    step = ((k + 127) << 23).to(tl.float32, bitcast=True)
+    inv = ((127 - k) << 23).to(tl.float32, bitcast=True)
+    m = a * inv  # < 16: adding 2^23 rounds it half to even
+    r = ((m + 8388608.0) - 8388608.0) * step
+    return tl.where(v < 0.0, -r, r)
 
 
 @triton.jit
 def codes(x, s, offs, seed, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr):
-    """INT-grid codes (float32) of ``x / s`` with the rounding of ``hotcompile.quant``."""
+    """Codes (float32) of ``x / s`` with the rounding of ``hotcompile.quant``: INT-grid
+    integers, or (``ROUNDING == FP8``, QMAX 448) the scaled values clamped to ±448 and rounded
+    to the nearest e4m3 value, ties to even, as torch's cast rounds them."""
     ok = (s > 0.0) & (s <= _FLT_MAX)
     safe = tl.where(ok, s, 1.0)
     v = tl.math.div_rn(x, safe)  # IEEE division, like torch's x / s
     v = tl.where(v != v, 0.0, v)
+    if ROUNDING == FP8:
+        return _e4m3_rne(tl.minimum(tl.maximum(v, QMAX * -1.0), QMAX * 1.0))
     v = tl.where(v > _FLT_MAX, QMAX * 1.0, v)
     v = tl.where(v < -_FLT_MAX, QMAX * -1.0, v)
     a = tl.abs(v)

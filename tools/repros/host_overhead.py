@@ -9,8 +9,9 @@ code that is, on a model small enough that the GPU never is the bottleneck:
    under ``backend="hot"``: the functions with the most own time and the most cumulative time
    (tottime / cumtime per step, microseconds).
 2. The host cost of one call of each HOT op on its own (``torch.ops.hotcompile.*`` in a loop,
-   the device queued ahead so only the host is timed): µs per call, with the CUDA kernels and
-   with the pure-PyTorch references installed as the CUDA kernels (the dispatcher's share).
+   the device queued ahead so only the host is timed): µs per call.
+3. (CUDA) The same for the pieces under the ops: the op against its CUDA function called
+   directly (torch's custom-op layers), the dispatcher, each kernel launch, the NaN check.
 
     python3 tools/repros/host_overhead.py [--steps 20] [--out DIR]
 
@@ -61,6 +62,18 @@ def step_fn(model: nn.Module, x: torch.Tensor, device: torch.device):
     return step
 
 
+def step_wall_us(step, steps: int, device: torch.device) -> float:
+    """Wall µs per step of ``steps`` steps, no profiler (the host's pace when it is the
+    bottleneck)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return (time.perf_counter() - t0) * 1e6 / steps
+
+
 def profile_steps(step, steps: int, device: torch.device, top: int) -> tuple[str, float]:
     """cProfile tables of ``steps`` steps (per step) and the host µs per step."""
     prof = cProfile.Profile()
@@ -82,27 +95,109 @@ def profile_steps(step, steps: int, device: torch.device, top: int) -> tuple[str
     return out.getvalue(), per_step_us
 
 
-def op_call_cost(device: torch.device, reps: int) -> dict[str, float]:
-    """Host µs per call of each HOT op on a ViT-B-sized layer slice (L 1024, 768 → 3072)."""
-    from hotcompile import ops
-
+def _operands(device: torch.device):
+    """A ViT-B-sized layer slice (L 1024, 768 → 3072), bf16: g_y, x, W and their 3-D views."""
     L, O, I = 1024, 3072, 768
     g = torch.Generator(device="cpu").manual_seed(0)
     gy = torch.randn(L, O, generator=g).to(device, torch.bfloat16)
     x = torch.randn(L, I, generator=g).to(device, torch.bfloat16)
     w = torch.randn(O, I, generator=g).to(device, torch.bfloat16) * 0.02
-    block, rows = 16, [0, 2, 3, 8, 10, 11, 12, 14]  # the defaults (LayerSpec.hla_rows)
-    x3, gy3 = x.reshape(8, L // 8, I), gy.reshape(8, L // 8, O)
+    return gy, x, w, gy.reshape(8, L // 8, O), x.reshape(8, L // 8, I)
+
+
+#: the defaults (LayerSpec.hla_rows, block 16)
+ROWS, BLOCK = [0, 2, 3, 8, 10, 11, 12, 14], 16
+
+
+def op_call_cost(device: torch.device, reps: int) -> dict[str, float]:
+    """Host µs per call of each HOT op on a ViT-B-sized layer slice (L 1024, 768 → 3072)."""
+    from hotcompile import ops
+
+    gy, x, w, gy3, x3 = _operands(device)
     calls = {
         "hq_grad_input": lambda: ops.hq_grad_input(
-            gy, w, 4, "per_token", "pseudo_stochastic", "sawb", block, "probe", "", False
+            gy, w, 4, "per_token", "pseudo_stochastic", "sawb", BLOCK, "probe", "", False
         ),
-        "abc_compress": lambda: ops.abc_compress(x3, 0, rows, block, 8, "nearest"),
+        "abc_compress": lambda: ops.abc_compress(x3, 0, ROWS, BLOCK, 8, "nearest"),
     }
-    xq, sx = ops.abc_compress(x3, 0, rows, block, 8, "nearest")
+    xq, sx = ops.abc_compress(x3, 0, ROWS, BLOCK, 8, "nearest")
     calls["hla_grad_weight"] = lambda: ops.hla_grad_weight(
-        gy3, xq, sx, 0, rows, block, 8, "nearest", "probe", False
+        gy3, xq, sx, 0, ROWS, BLOCK, 8, "nearest", "probe", False
     )
+    return _host_us(calls, device, reps)
+
+
+def part_costs(device: torch.device, reps: int) -> dict[str, float]:
+    """Host µs per call of the pieces under the ops (CUDA only): how much each layer of the
+    call stack adds — torch's custom-op machinery (op vs its CUDA function called directly),
+    the dispatcher's choice, each Triton / C++ launch, the NaN check — measured the same way."""
+    from hotcompile import lqs, numerics, ops
+    from hotcompile.kernels import dispatch, hla_triton, hq_cuda, hq_triton
+
+    gy, x, w, gy3, x3 = _operands(device)
+    hq = (4, "per_token", "pseudo_stochastic", "sawb", BLOCK, "probe", "", False)
+    fp8 = torch.float8_e4m3fn
+    codes, sg = hq_triton.hq_quantize(gy, 4, True, "pseudo_stochastic", fp8, 16)
+    wt, sw = hq_triton.quantize_weight(w, 4, "sawb", True)
+    xq, sx = ops.abc_compress(x3, 0, ROWS, BLOCK, 8, "nearest")
+    gqt, sgw = hla_triton.hla_quantize(gy3, 0, ROWS, 8, "nearest", transposed=True)
+    xqt = xq.t().contiguous()
+
+    @torch.library.custom_op("hotcompile_probe::fresh", mutates_args=())
+    def fresh(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(a)
+
+    @fresh.register_fake
+    def _(a, b):
+        return torch.empty_like(a)
+
+    calls = {
+        "op hq_grad_input": lambda: ops.hq_grad_input(gy, w, *hq),
+        "hq_grad_input_cuda (no custom-op layers)": lambda: hq_triton.hq_grad_input_cuda(
+            gy, w, *hq
+        ),
+        "  lqs.resolve": lambda: lqs.resolve("", "per_token", gy, 4, BLOCK),
+        "  hq_quantize (dispatcher + kernel)": lambda: hq_triton.hq_quantize(
+            gy, 4, True, "pseudo_stochastic", fp8, 16
+        ),
+        "  hq_quantize_triton (1 launch)": lambda: hq_triton.hq_quantize_triton(
+            gy, 4, True, "pseudo_stochastic", fp8, 16
+        ),
+        "  quantize_weight (2 launches + zeros)": lambda: hq_triton.quantize_weight(
+            w, 4, "sawb", True
+        ),
+        "  scaled_gemm g_x (dispatcher + GEMM)": lambda: dispatch.scaled_gemm(
+            codes, wt, sg, sw / BLOCK, torch.bfloat16
+        ),
+        "  numerics.check_scale (per-token)": lambda: numerics.check_scale(sg, "probe", "g_x"),
+        "  numerics.check_scale (per-tensor)": lambda: numerics.check_scale(sgw, "probe", "g_w"),
+        "op hla_grad_weight": lambda: ops.hla_grad_weight(
+            gy3, xq, sx, 0, ROWS, BLOCK, 8, "nearest", "probe", False
+        ),
+        "hla_grad_weight_cuda (no custom-op layers)": lambda: hla_triton.hla_grad_weight_cuda(
+            gy3, xq, sx, 0, ROWS, BLOCK, 8, "nearest", "probe", False
+        ),
+        "  hla_quantize (2 launches + zeros)": lambda: hla_triton.hla_quantize(
+            gy3, 0, ROWS, 8, "nearest", transposed=True
+        ),
+        "  xq.t().contiguous()": lambda: xq.t().contiguous(),
+        "  scaled_gemm g_w (dispatcher + GEMM)": lambda: dispatch.scaled_gemm(
+            gqt, xqt, sgw * sx / BLOCK, None, torch.float32
+        ),
+        "custom op doing torch.empty_like": lambda: fresh(gy, w),
+        "torch.empty_like": lambda: torch.empty_like(gy),
+        "torch.zeros(1)": lambda: torch.zeros((1,), dtype=torch.int32, device=device),
+        "scale * scalar": lambda: sw / BLOCK,
+    }
+    if hq_cuda.available():
+        calls["  hq_cuda.hq_quantize (C++ kernel)"] = lambda: hq_cuda.hq_quantize(
+            gy, 4, True, "pseudo_stochastic", fp8, 16
+        )
+    return _host_us(calls, device, reps)
+
+
+def _host_us(calls: dict, device: torch.device, reps: int) -> dict[str, float]:
+    """Host µs per call of each function, the device kept busy so only the host is timed."""
     res = {}
     for name, fn in calls.items():
         for _ in range(3):
@@ -143,22 +238,28 @@ def main(argv: list[str] | None = None) -> dict:
     step = step_fn(compiled, x, device)
     for _ in range(warmup_steps_needed(4, options)):  # past LQS calibration and INT8 warm-up
         step()
+    wall = step_wall_us(step, a.steps, device)
     text, per_step = profile_steps(step, a.steps, device, a.top)
     costs = op_call_cost(device, a.reps)
+    parts = part_costs(device, a.reps) if device.type == "cuda" else {}
     head = [
         f"device: {torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}; "
         f"torch {torch.__version__}; {a.depth} blocks, dim {a.dim}, {a.tokens} tokens",
         f"host time per compiled step under cProfile: {per_step:.0f} µs "
         f"({4 * a.depth + 1} HOT linears)",
+        f"wall time per compiled step without the profiler: {wall:.0f} µs",
         "host µs per op call (device queued ahead): "
         + ", ".join(f"{k} {v:.0f}" for k, v in costs.items()),
     ]
+    if parts:
+        head += ["", "host µs per call of the pieces under the ops (device queued ahead):"]
+        head += [f"  {v:8.1f}  {k}" for k, v in parts.items()]
     report = "\n".join(head) + "\n" + text
     print(report)
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "host_overhead.txt").write_text(report)
-    return {"per_step_us": per_step, "op_us": costs}
+    return {"per_step_us": per_step, "wall_us": wall, "op_us": costs, "part_us": parts}
 
 
 if __name__ == "__main__":
