@@ -8,14 +8,16 @@ once per process (``reset`` forgets).
 
 On CUDA the check must not stall the GPU: reading a device value on the host waits for all
 queued work, so a per-layer check in every backward would serialise host and device (and is
-illegal while a CUDA graph is being captured). There the flag is copied into pinned host
-memory without blocking and read once its event has completed — at a later HOT backward or
-when :func:`nonfinite_layers` is asked — so a report can arrive a step late. Inside CUDA-graph
-capture nothing is checked (replays run no Python); the NaN/Inf still propagates.
+illegal while a CUDA graph is being captured). There the largest scale is copied into a slot
+of a pinned host ring without blocking and read once its event has completed — at a later
+HOT backward or when :func:`nonfinite_layers` is asked — so a report can arrive a step late.
+Inside CUDA-graph capture nothing is checked (replays run no Python); the NaN/Inf still
+propagates.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 
@@ -24,8 +26,14 @@ import torch
 log = logging.getLogger("hotcompile")
 
 _reported: dict[str, str] = {}
-#: CUDA checks in flight: (layer, path, pinned flag, event after its copy)
-_pending: list[tuple[str, str, torch.Tensor, torch.cuda.Event]] = []
+#: pinned float32 slots the CUDA checks copy their largest scale into (allocated once: a pinned
+#: allocation per check cost ~100 µs of host time)
+RING = 1024
+_flags: torch.Tensor | None = None
+_cursor = 0
+#: CUDA checks in flight, oldest first: (layer, path, slot, event after its copy)
+_pending: collections.deque[tuple[str, str, int, torch.cuda.Event]] = collections.deque()
+_busy: set[int] = set()
 
 
 def _report(layer: str, path: str) -> None:
@@ -41,22 +49,25 @@ def _report(layer: str, path: str) -> None:
 
 
 def _poll(wait: bool = False) -> None:
-    """Report the CUDA checks whose copies have landed (all of them with ``wait``)."""
-    keep = []
-    for layer, path, flag, event in _pending:
+    """Report the CUDA checks whose copies have landed (all of them with ``wait``), oldest
+    first, stopping at the first still in flight: checks complete in the order they were
+    queued on a stream, so each call looks at few events, not all of them."""
+    while _pending:
+        layer, path, slot, event = _pending[0]
         if wait:
             event.synchronize()
         elif not event.query():
-            keep.append((layer, path, flag, event))
-            continue
-        if not math.isfinite(flag.item()):
+            return
+        _pending.popleft()
+        _busy.discard(slot)
+        if not math.isfinite(float(_flags[slot])):
             _report(layer, path)
-    _pending[:] = keep
 
 
 def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
     """Warn once per layer when ``scale`` (of a gradient operand) is NaN/Inf (on CUDA without
     a host sync: see the module docstring)."""
+    global _flags, _cursor
     if scale.device.type != "cuda":
         if layer not in _reported and not bool(torch.isfinite(scale).all()):
             _report(layer, path)
@@ -67,14 +78,20 @@ def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
         _poll()
     if layer in _reported or scale.numel() == 0:
         return
+    if _flags is None:
+        _flags = torch.empty((RING,), dtype=torch.float32, pin_memory=True)
+    slot = _cursor
+    if slot in _busy:  # RING checks in flight: wait for the oldest (only if the host runs
+        _poll(wait=True)  # that far ahead of the device)
+    _cursor = (slot + 1) % RING
     # the largest scale is non-finite iff one is (amax propagates NaN): one reduction, none
     # for a per-tensor scale, then one 4-byte copy into pinned memory, read when it has landed
     top = scale.reshape(()) if scale.numel() == 1 else scale.amax()
-    flag = torch.empty((), dtype=torch.float32, pin_memory=True)
-    flag.copy_(top, non_blocking=True)
+    _flags[slot].copy_(top, non_blocking=True)
     event = torch.cuda.Event()
     event.record()
-    _pending.append((layer, path, flag, event))
+    _busy.add(slot)
+    _pending.append((layer, path, slot, event))
 
 
 def nonfinite_layers() -> dict[str, str]:
@@ -88,3 +105,4 @@ def reset() -> None:
     """Forget which layers were reported (and the checks in flight)."""
     _reported.clear()
     _pending.clear()
+    _busy.clear()

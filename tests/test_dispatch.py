@@ -87,3 +87,32 @@ def test_a_compile_does_not_inherit_an_earlier_kernels_choice():
         assert dispatch.preference() == "auto"
     finally:
         dispatch.set_preference(before)
+
+
+def test_a_settled_shape_builds_only_the_chosen_candidate(monkeypatch):
+    """After the first call of a shape, later calls build and run only the implementation
+    chosen for it (the per-call host cost of the dispatcher), with the same result; a changed
+    preference goes back through the full choice."""
+    dispatch.clear()
+    monkeypatch.setattr(dispatch, "_preference", "auto")  # whatever HOTCOMPILE_GEMM says
+    a = torch.randint(-7, 8, (32, 64), dtype=torch.int8)
+    b = torch.randint(-7, 8, (16, 64), dtype=torch.int8)
+    s = torch.full((1,), 0.25)
+    built = []
+    real = dispatch._candidates
+
+    def spy(*args, only=None):
+        built.append(only)
+        return real(*args, only=only)
+
+    monkeypatch.setattr(dispatch, "_candidates", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = dispatch.scaled_gemm(a, b, s)
+        second = dispatch.scaled_gemm(a, b, s, layer="l", stage="g_w GEMM")
+        assert built == [None, "torch"] and torch.equal(first, second)
+        assert dispatch.by_layer() == {"l": {"g_w GEMM": "torch"}}
+        dispatch.set_preference("torch")  # (monkeypatch restores the preference)
+        dispatch.scaled_gemm(a, b, s)
+    assert built[-1] is None  # a forced preference is not a settled measurement
+    dispatch.clear()

@@ -180,6 +180,59 @@ def test_nan_propagates(which):
     numerics.reset()
 
 
+def test_nonfinite_checks_through_the_pinned_ring():
+    """The CUDA NaN/Inf check: per-token (largest of many scales) and per-tensor scales, more
+    checks in flight than the pinned ring has slots (the device kept busy), no false report."""
+    numerics.reset()
+    finite = torch.rand(300, device="cuda") + 0.1
+    torch.cuda._sleep(20_000_000)  # the copies stay in flight while the host wraps the ring
+    for i in range(numerics.RING + 50):
+        numerics.check_scale(finite[: 1 + i % 300], f"ok{i % 7}", "g_x")
+    bad = finite.clone()
+    bad[123] = float("inf")
+    numerics.check_scale(bad, "inf_layer", "g_x")
+    numerics.check_scale(torch.full((1,), float("nan"), device="cuda"), "nan_layer", "g_w")
+    assert numerics.nonfinite_layers() == {"inf_layer": "g_x", "nan_layer": "g_w"}
+    numerics.reset()
+
+
+def _maxabs_scale(x):
+    return hla_triton.hla_quantize(x, 0, LP_L1, 8, "nearest")[1]
+
+
+def test_scratch_ring_is_rezeroed_between_uses(monkeypatch):
+    """The max-abs word comes from a reused ring: after it wraps, a small tensor after a large
+    one must still get its own scale (a word left dirty would keep the large max-abs)."""
+    from hotcompile.kernels import scratch
+
+    monkeypatch.setattr(scratch, "SLOTS", 3)
+    scratch.clear()
+    big = torch.randn(2, 64, 96, device="cuda") * 100
+    small = big / 1000
+    want = _ref(small.cpu(), 0, LP_L1, 8, "nearest")[1]
+    for _ in range(10):
+        _maxabs_scale(big)
+        assert torch.equal(_maxabs_scale(small).cpu(), want)
+    scratch.clear()
+
+
+def test_per_tensor_scale_follows_the_input_under_cuda_graph_replay():
+    """Captured, the scratch word must be re-zeroed at every replay (a fresh torch.zeros is
+    recorded, not a ring slot): a smaller input replayed after a larger one gets its own
+    scale."""
+    x = torch.randn(2, 64, 96, device="cuda") * 100
+    _maxabs_scale(x)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scale = _maxabs_scale(x)
+    for factor in (1.0, 1e-3, 5.0):
+        x.mul_(factor)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(scale.cpu(), _ref(x.cpu(), 0, LP_L1, 8, "nearest")[1]), factor
+
+
 def test_stochastic_is_unbiased():
     x = _x(2, 64, 64, torch.float32, seed=9).cuda()
     t = hla_transform(x, 0, tuple(LP_L1))

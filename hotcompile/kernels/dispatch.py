@@ -164,18 +164,29 @@ def _refused_is_error(r: torch.Tensor | None) -> torch.Tensor:
     return r
 
 
-def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
+def _candidates(a, b, sa, sb, out_dtype, out, only: str | None = None) -> list[tuple[str, Fn]]:
+    """Every implementation that takes these operands, or (``only``) just the one so named."""
     cands: list[tuple[str, Fn]] = []
+    family = only.split(":")[0] if only else None
     try:
         from hotcompile.kernels import cutlass
     except ImportError:  # pragma: no cover - the module ships with the package
         cutlass = None
     aligned = all(d % 16 == 0 for d in (*a.shape, b.shape[0]))
     enabled = os.environ.get("HOTCOMPILE_CUTLASS", "1") != "0"
-    if a.is_cuda and aligned and enabled and cutlass is not None and cutlass.available():
+    if (
+        family in (None, "cutlass")
+        and a.is_cuda
+        and aligned
+        and enabled
+        and cutlass is not None
+        and cutlass.available()
+    ):
         dt = str(a.dtype).replace("torch.", "")  # CONFIGS keys: "int8", "float8_e4m3fn"
         s_b = sb if sb is not None else 1.0  # the wrapper takes a float for "no column scale"
         for cfg in cutlass.CONFIGS.get(dt, []):
+            if only and only != f"cutlass:{cfg}":
+                continue
             cands.append(
                 (
                     f"cutlass:{cfg}",
@@ -185,17 +196,19 @@ def _candidates(a, b, sa, sb, out_dtype, out) -> list[tuple[str, Fn]]:
                 )
             )
     gemm_triton = None
-    if a.is_cuda:  # (CPU-only installs have no Triton to import)
+    if a.is_cuda and family in (None, "triton"):  # (CPU-only installs have no Triton)
         from hotcompile.kernels import gemm_triton
     if gemm_triton is not None and gemm_triton.supported(a, b):
         for i in range(len(gemm_triton.TILES)):
+            if only and only != f"triton:{i}":
+                continue
             cands.append(
                 (
                     f"triton:{i}",
                     lambda i=i: gemm_triton.scaled_gemm(a, b, sa, sb, out_dtype, out, config=i),
                 )
             )
-    t = _torch_impl(a, b, sa, sb, out_dtype, out)
+    t = _torch_impl(a, b, sa, sb, out_dtype, out) if family in (None, "torch") else None
     if t is not None:
         cands.append(("torch", t))
     return cands
@@ -274,6 +287,17 @@ def _time(fn: Fn, reps: int = 10) -> float:
     return times[len(times) // 2]
 
 
+def settled(key: str) -> str | None:
+    """The implementation measured (or read from the disk cache) for ``key`` earlier in this
+    process, while the preference is ``"auto"``; else None. Callers that find one build and
+    run only that candidate: the host cost of the full :func:`choose` (every candidate's
+    closure, the lock) is paid once per shape, not on every call."""
+    c = _choices.get(key)
+    if _preference != "auto" or c is None or c.source in ("capture", "preference"):
+        return None
+    return c.impl
+
+
 def choose(key: str, cands: list[tuple[str, Fn]], device, out: torch.Tensor | None = None) -> str:
     """The candidate to run for ``key`` (an op and its shape): the preference when one of the
     candidates belongs to that family, else the measured fastest (cached in memory and on
@@ -330,6 +354,12 @@ def scaled_gemm(
     sa = scale_a.reshape(-1).to(torch.float32)
     sb = None if scale_b is None else scale_b.reshape(-1).to(torch.float32)
     key = _key(a, b, sa, sb, out_dtype, out)
+    name = settled(key)
+    if name is not None:  # the fast path: only the chosen candidate is built
+        only = _candidates(a, b, sa, sb, out_dtype, out, only=name)
+        if only:
+            note(layer, stage, key)
+            return only[0][1]()
     cands = _candidates(a, b, sa, sb, out_dtype, out)
     if not cands:
         raise ValueError(f"no GEMM implementation takes {key}")

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from hotcompile import numerics
 from hotcompile.hla import patch_side
-from hotcompile.kernels import dispatch
+from hotcompile.kernels import dispatch, scratch
 from hotcompile.kernels.rounding import codes, sawb_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, code_dtype, qmax
 
@@ -329,8 +329,9 @@ def hla_quantize(
         packed |= (int(rows[k]) if k < nr else 16) << (5 * k)
     codes = torch.empty((D, R) if transposed else (R, D), dtype=out_dtype, device=x.device)
     scale = torch.empty((1,), dtype=torch.float32, device=x.device)
-    amax = torch.zeros((1,), dtype=torch.int32, device=x.device)
-    stats = torch.zeros((2,), dtype=torch.float32, device=x.device) if sawb else scale
+    words = scratch.zeroed(x.device, 3 if sawb else 1)
+    amax = words[:1]
+    stats = words[1:].view(torch.float32) if sawb else scale  # SAWB's Σt², Σ|t|
     seed = int(torch.randint(0, 2**31 - 1, ())) if rounding == "stochastic" else 0
     block_d = min(block_d, triton.next_power_of_2(D))
     grid = (triton.cdiv(G, block_b), triton.cdiv(D, block_d))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from hotcompile.hadamard import padded
-from hotcompile.kernels import jit
+from hotcompile.kernels import jit, scratch
 from hotcompile.quant import PSEUDO_BITS, qmax
 
 NAME = "hotcompile_hq_quantize"
@@ -95,7 +95,7 @@ def hq_quantize(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(codes [L_out, O_pad], scales)`` exactly as ``hq_triton.hq_quantize`` returns them."""
     gy, codes, scales = outputs(gy, per_token, out_dtype, pad_rows_to)
-    amax = torch.zeros((1,), dtype=torch.int32, device=gy.device)
+    amax = scratch.zeroed(gy.device)  # the per-tensor max-abs word (unused per token)
     mod = EXTENSION.module
     if mod is None or not supported(gy, rounding, out_dtype):
         raise ValueError(f"hq_cuda.hq_quantize does not take {gy.dtype}{tuple(gy.shape)}")

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from hotcompile import lqs, numerics
-from hotcompile.kernels import dispatch, hq_cuda
+from hotcompile.kernels import dispatch, hq_cuda, scratch
 from hotcompile.kernels.hla_triton import hla_quantize as _hla_quantize
 from hotcompile.kernels.rounding import codes, sawb_scale
 from hotcompile.quant import PSEUDO_BITS, qmax
@@ -197,17 +197,17 @@ def hq_quantize(
         and hq_cuda.available()
     ):
         args = (gy, bits, per_token, rounding, out_dtype, pad_rows_to)
-        cands = [
-            ("cuda", lambda: hq_cuda.hq_quantize(*args)),
-            ("triton", lambda: hq_quantize_triton(*args)),
-        ]
+        impls = {"cuda": hq_cuda.hq_quantize, "triton": hq_quantize_triton}
         scaling = "token" if per_token else "tensor"
         dt = str(gy.dtype).replace("torch.", "")
         key = f"hq_quantize {dt} {gy.shape[0]}×{gy.shape[1]} per-{scaling} INT{bits}"
-        with dispatch._lock:
-            name = dispatch.choose(key, cands, gy.device)
+        name = dispatch.settled(key)
+        if name is None:
+            cands = [(n, lambda f=f: f(*args)) for n, f in impls.items()]
+            with dispatch._lock:
+                name = dispatch.choose(key, cands, gy.device)
         dispatch.note(layer, "g_x quantize", key)
-        return dict(cands)[name]()
+        return impls[name](*args)
     dispatch.note(layer, "g_x quantize", "triton")
     return hq_quantize_triton(gy, bits, per_token, rounding, out_dtype, pad_rows_to, block_o, sawb)
 
@@ -261,8 +261,9 @@ def hq_quantize_triton(
             raise ValueError("SAWB scales are per tensor")
         _hq_quant_kernel[grid](gy, codes, scales, scales, scales, *args, MODE=0, **common)
     else:
-        amax = torch.zeros((1,), dtype=torch.int32, device=gy.device)
-        stats = torch.zeros((2,), dtype=torch.float32, device=gy.device) if sawb else scales
+        words = scratch.zeroed(gy.device, 3 if sawb else 1)
+        amax = words[:1]
+        stats = words[1:].view(torch.float32) if sawb else scales  # SAWB's Σx², Σ|x|
         _hq_quant_kernel[grid](gy, codes, scales, amax, stats, *args, MODE=1, **common)
         _hq_quant_kernel[grid](gy, codes, scales, amax, stats, *args, MODE=2, **common)
     return codes, scales
