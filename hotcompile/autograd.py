@@ -6,9 +6,10 @@ The rewrite pass replaces every eligible ``F.linear`` / ``F.conv2d`` of the Dyna
 - the forward stays the full-precision aten op (inductor still fuses around it);
 - the forward also computes the ABC compression ``abc_compress(x)`` and saves it. That op's
   result is used only by the backward, so the min-cut partitioner is free to place it: it saves
-  the INT8 buffer (half the rows) when x would otherwise be saved for the weight gradient, and
-  recomputes it in the backward when x is saved anyway for another consumer — so the compiled
-  graph never saves more activation bytes than plain ``torch.compile``;
+  the INT8 buffer (half the rows) when x would otherwise be saved for the weight gradient. When
+  the backward reads x anyway (as a view or copy of a tensor another op's backward reads — the
+  attention output feeding ``proj``), ``hotcompile.passes.abc_recompute`` tags the compression
+  for recomputation in the backward, so the INT8 copy is not saved on top of it;
 - the backward calls the ``hotcompile`` ops: HQ for g_x, HLA for g_w. The bias gradient stays
   exact. A frozen weight (LoRA base) gets only the g_x path and saves nothing for g_w.
 """

@@ -31,7 +31,7 @@ import torch
 from hotcompile import lqs
 from hotcompile.config import HotConfig
 from hotcompile.lqs import QUANTIZERS, Plan, PlanEntry
-from hotcompile.passes import LayerPlan, rewrite
+from hotcompile.passes import LayerPlan, rewrite, tag_abc_recompute
 
 log = logging.getLogger("hotcompile")
 
@@ -74,8 +74,29 @@ class HotCachePass(_CustomGraphPass):  # type: ignore[misc]
 
     def uuid(self) -> str:
         inner = self.inner.uuid() if hasattr(self.inner, "uuid") else repr(self.inner)
-        key = f"{source_hash()}|{self.config.cache_key()}|{inner}"
+        key = f"{type(self).__name__}|{source_hash()}|{self.config.cache_key()}|{inner}"
         return hashlib.sha256(key.encode()).hexdigest()
+
+
+class HotJointPass(HotCachePass):
+    """The joint-graph pass (before partitioning): ABC's compression is recomputed in the
+    backward where the backward reads x anyway (``hotcompile.passes.abc_recompute``), then the
+    user's own joint pass, if any, runs."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        tag_abc_recompute(graph, self.config.abc_recompute)
+        super().__call__(graph)
+
+
+def _tagging(partition_fn: Callable, abc_recompute: str) -> Callable:
+    """``partition_fn`` after :func:`tag_abc_recompute` on the joint graph (what inductor's
+    joint pass does in the inductor pipeline)."""
+
+    def partition(joint_module: torch.fx.GraphModule, *args: Any, **kwargs: Any):
+        tag_abc_recompute(joint_module.graph, abc_recompute)
+        return partition_fn(joint_module, *args, **kwargs)
+
+    return partition
 
 
 @functools.lru_cache(maxsize=1)
@@ -96,13 +117,15 @@ def aot_decomp_partition(
     example_inputs: Sequence[Any],
     partition_fn: Callable | None = None,
     inference_compiler: Callable | None = None,
+    abc_recompute: str = "views",
 ) -> Callable:
     """AOTAutograd with inductor's decompositions and min-cut partitioner, no code generation.
 
     The one pipeline behind ``compiler="aot_eager"``, the graph-diff tool and the static
     report: the same forward/backward split and saved tensors as inductor. ``partition_fn``
     (default: min-cut) may wrap min-cut to record what it decides; ``inference_compiler`` sees
-    the graph compiled when no gradient is needed.
+    the graph compiled when no gradient is needed; ``abc_recompute``: as
+    ``HotConfig.abc_recompute`` (the joint graph is tagged before ``partition_fn`` sees it).
     """
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
@@ -117,7 +140,7 @@ def aot_decomp_partition(
         fw_compiler=_boxed_nop,
         bw_compiler=_boxed_nop,
         decompositions=_decompositions(),
-        partition_fn=partition_fn or min_cut_rematerialization_partition,
+        partition_fn=_tagging(partition_fn or min_cut_rematerialization_partition, abc_recompute),
         keep_inference_input_mutations=True,
         **kwargs,
     )(gm, list(example_inputs))
@@ -164,6 +187,10 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: H
     if user_pass is None:
         user_pass = inductor_config.post_grad_custom_post_pass
     patches["post_grad_custom_post_pass"] = HotCachePass(config, user_pass)
+    joint_pass = patches.pop("joint_custom_post_pass", None)
+    if joint_pass is None:
+        joint_pass = inductor_config.joint_custom_post_pass
+    patches["joint_custom_post_pass"] = HotJointPass(config, joint_pass)
     return compile_fx(gm, example_inputs, config_patches=patches)
 
 
@@ -220,7 +247,7 @@ class HotBackend:
         if self.config.compiler == "eager":
             return gm.forward
         if self.config.compiler == "aot_eager":
-            return aot_decomp_partition(gm, example_inputs)
+            return aot_decomp_partition(gm, example_inputs, abc_recompute=self.config.abc_recompute)
         return _inductor(gm, example_inputs, self.config)
 
     @property

@@ -24,6 +24,8 @@ LQS_METRICS = ("transformed", "raw")
 HLA_ROW_SETS = ("lp_l1", "sequency")
 HLA_2D_MODES = ("none", "batch")
 CONV_ABC_MODES = ("im2col",)
+#: what hotcompile.passes.abc_recompute may recompute in the backward instead of saving codes
+ABC_RECOMPUTE = ("views", "unary", "off")
 COMPILERS = ("inductor", "aot_eager", "eager")
 NONFINITE_CHECKS = ("once", "off")
 #: kernel families on CUDA (hotcompile.kernels.dispatch): "auto" measures per shape
@@ -92,6 +94,12 @@ class HotConfig:
             4-bit only; other widths use max-abs) or ``"maxabs"``.
         abc: save the compressed activation (INT8 low-pass, half the rows) instead of x.
         conv_abc: operand compressed for conv layers; ``"im2col"`` is the paper's.
+        abc_recompute: where the backward reads a layer's input anyway, recompute the ABC codes
+            there instead of saving them (``hotcompile.passes.abc_recompute``): ``"views"``
+            (default: when x is a view or copy of such a tensor — a transformer's attention
+            output feeding ``proj``), ``"unary"`` (also through one-input elementwise ops: fc2's
+            codes recomputed from fc1's output, the largest ABC buffer of a block, for an
+            activation function and a compression per block in the backward), ``"off"``.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.
@@ -141,6 +149,7 @@ class HotConfig:
     weight_scale: str = "sawb"
     abc: bool = True
     conv_abc: str = "im2col"
+    abc_recompute: str = "views"
     hla_2d: str = "none"
     exact: bool = False
     include: tuple[str, ...] = ()
@@ -198,6 +207,7 @@ class HotConfig:
         choice("weight_scale", WEIGHT_SCALES)
         choice("hla_2d", HLA_2D_MODES)
         choice("conv_abc", CONV_ABC_MODES)
+        choice("abc_recompute", ABC_RECOMPUTE)
         choice("compiler", COMPILERS)
         choice("check_nonfinite", NONFINITE_CHECKS)
         choice("kernels", KERNEL_IMPLS)

@@ -161,14 +161,17 @@ def test_cnn_conv_layers_and_flags(cnn):
 
 
 def test_attention_output_projection_shares_its_input():
-    """SDPA's backward reads its own output, which is the projection's input: still saved."""
+    """SDPA's backward reads its own output, which is the projection's input: still saved, and
+    the compression is recomputed from it in the backward (``abc_recompute="views"``), not
+    saved on top of it."""
     torch.manual_seed(0)
     d = diff(Block(), torch.randn(2, 16, 32), {"gx_scaling": "per_tensor"}, trace=False)
     proj = d.layer("attn.proj")
     assert proj.path == "hot" and proj.quantizer == "per_tensor" and proj.flagged
     assert "another consumer needs it" in proj.input_saved_reason
     assert "scaled_dot_product" in proj.input_saved_reason
-    assert "compressed copy is saved as well" in proj.input_saved_reason
+    assert "recomputes the compression in the backward" in proj.input_saved_reason
+    assert not any("abc_compress" in n for n in proj.saved_after)
     assert [lay.name for lay in d.flagged] == ["attn.proj"]
 
 

@@ -229,6 +229,8 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot": {},
     "hot_nocheck": {"check_nonfinite": "off"},
     "hot_cg": {"mode": "reduce-overhead"},
+    "hot_unary": {"abc_recompute": "unary"},
+    "hot_unary_cg": {"abc_recompute": "unary", "mode": "reduce-overhead"},
 }
 
 #: the inductor mode of the plain variants (``torch.compile(model, mode=...)``)
@@ -236,7 +238,7 @@ PLAIN_MODES: dict[str, str | None] = {"inductor": None, "inductor_cg": "reduce-o
 
 #: the plain variant a hot variant's targets are judged against (default: ``inductor``):
 #: CUDA graphs on both sides, or on neither
-BASELINE: dict[str, str] = {"hot_cg": "inductor_cg"}
+BASELINE: dict[str, str] = {"hot_cg": "inductor_cg", "hot_unary_cg": "inductor_cg"}
 
 
 def baseline_of(variant: str) -> str:
@@ -254,6 +256,9 @@ VARIANT_NOTES: dict[str, str] = {
     "(no per-kernel launch cost on the host)",
     "hot_cg": 'as hot, with options={"mode": "reduce-overhead"}: HOT\'s backward recorded into '
     "CUDA graphs too; judged against inductor_cg",
+    "hot_unary": 'as hot, with abc_recompute="unary": fc2\'s ABC codes recomputed in the '
+    "backward from fc1's output (saved anyway for the activation's backward) instead of saved",
+    "hot_unary_cg": 'as hot_cg, with abc_recompute="unary"; judged against inductor_cg',
 }
 
 

@@ -1,0 +1,174 @@
+"""ABC where it saves nothing: recompute the compression in the backward instead of saving it.
+
+ABC saves ``Q8(T x)`` instead of x — a win only when x would otherwise be saved *for this
+layer alone*. When the backward reads x (or a tensor x is a view or copy of) anyway — the
+attention output that feeds a transformer's ``proj``, which the attention backward also reads
+— the partitioner saves both that tensor and the compressed copy: ABC then *adds* memory
+(an INT8 half-size copy per such layer; ViT-B/16 at batch 128: 9.7 MB per block).
+
+This joint-graph pass finds those layers before the min-cut partitioner runs: for every
+``hotcompile.abc_compress`` it walks up its input through view and copy ops (view, reshape,
+permute, transpose, clone, ...) to the tensor they start from; if a backward node reads that
+tensor, the chain and the compression are tagged ``MUST_RECOMPUTE`` (the checkpoint policy
+the partitioner honours), so the backward re-derives the codes from the tensor it has anyway
+(a copy and one ``abc_compress``: two memory-bound passes over x) and the forward saves no
+codes. By default (``HotConfig.abc_recompute="views"``) only view/copy chains are followed:
+that costs the backward a copy at most. ``"unary"`` also follows one-input elementwise ops —
+an MLP's activation function, whose backward reads fc1's output anyway, so fc2's codes (the
+largest ABC buffer of a transformer block) are recomputed from it — trading an activation and
+an ``abc_compress`` per block in the backward for that buffer's bytes. ``"off"`` keeps the
+partitioner's own choice everywhere.
+
+Runs as inductor's ``joint_custom_post_pass`` (and before min-cut in
+``hotcompile.backend.aot_decomp_partition``, so the graph-diff tool shows the same split).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from hotcompile.config import ABC_RECOMPUTE
+
+aten = torch.ops.aten
+
+#: ops whose output is a view or plain copy of their first argument
+_VIEW_OR_COPY = {
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.permute.default,
+    aten.transpose.int,
+    aten.t.default,
+    aten.clone.default,
+    aten.alias.default,
+    aten.expand.default,
+    aten.squeeze.dim,
+    aten.unsqueeze.default,
+}
+_CLONE = aten.clone.default
+_CONVERT = torch.ops.prims.convert_element_type.default
+
+
+def _backward_nodes(graph: fx.Graph) -> set[fx.Node]:
+    """Nodes of the joint graph that depend on a tangent (the backward's nodes)."""
+    bw: set[fx.Node] = set()
+    for node in graph.nodes:  # topological order: inputs come first
+        if node.op == "placeholder":
+            if node.name.startswith("tangents"):
+                bw.add(node)
+        elif node.op != "output" and any(a in bw for a in node.all_input_nodes):
+            bw.add(node)
+    return bw
+
+
+def _pointwise(node: fx.Node) -> bool:
+    """An elementwise op (an activation function, a dtype cast, a product of two tensors)."""
+    target = node.target
+    return node.op == "call_function" and (
+        target is _CONVERT
+        or (isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags)
+    )
+
+
+#: the most nodes :func:`_region` walks up from one layer's input (a GELU is ~8 nodes)
+MAX_REGION = 32
+
+
+def _region(x: fx.Node, elementwise: bool) -> tuple[list[fx.Node], list[fx.Node]] | None:
+    """``(nodes, leaves)``: the nodes x is computed by from view/copy ops (and, with
+    ``elementwise``, elementwise ops), walking up from x, and the tensors they start from.
+    None when the region grows past ``MAX_REGION`` nodes."""
+    nodes: list[fx.Node] = []
+    leaves: list[fx.Node] = []
+    stack, seen = [x], {x}
+    while stack:
+        n = stack.pop()
+        walk = n.op == "call_function" and (
+            n.target in _VIEW_OR_COPY or (elementwise and _pointwise(n))
+        )
+        if not walk:
+            leaves.append(n)
+            continue
+        nodes.append(n)
+        if len(nodes) > MAX_REGION:
+            return None
+        inputs = n.all_input_nodes if n.target not in _VIEW_OR_COPY else [n.args[0]]
+        for a in inputs:
+            if a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return nodes, leaves
+
+
+def _forward_nodes(graph: fx.Graph, bw: set[fx.Node]) -> set[fx.Node]:
+    """The forward's own computation: every node the forward outputs depend on (the joint
+    graph returns the forward outputs and the gradients; the gradients depend on tangents)."""
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    stack = [a for a in out.all_input_nodes if a not in bw]
+    seen = set(stack)
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            if a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return seen
+
+
+def _read_by_backward(
+    root: fx.Node, fw: set[fx.Node], region: set[fx.Node], skip: set[fx.Node]
+) -> bool:
+    """Whether the backward reads ``root``: a node outside the forward's computation (and
+    outside ``skip``, the compression itself) reads it directly, through a view of it
+    (``aten.alias`` is how the attention ops save their output), or through a node of
+    ``region`` (an activation function's backward reads the function's input, or its own
+    intermediate values, which the partitioner saves as, or recomputes from, ``root``)."""
+    stack, seen = [root], {root}
+    while stack:
+        n = stack.pop()
+        for u in n.users:
+            if u in seen or u in skip:
+                continue
+            if u not in fw and u not in region:
+                return True
+            view = u.op == "call_function" and u.target in _VIEW_OR_COPY and u.target is not _CLONE
+            if view or u in region:
+                seen.add(u)
+                stack.append(u)
+    return False
+
+
+def tag_abc_recompute(graph: fx.Graph, mode: str = "views") -> list[str]:
+    """Tag the ``abc_compress`` calls whose input the backward can re-derive from tensors it
+    reads anyway as recomputed (see the module docstring). ``mode``: ``"views"`` follows
+    view/copy ops only, ``"unary"`` also elementwise ops (an activation function: fc2's input
+    is recomputed from fc1's output, which the activation's backward reads; SwiGLU's from both
+    of its inputs), ``"off"`` tags nothing. Returns the names of the tagged compressions."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if mode not in ABC_RECOMPUTE:
+        raise ValueError(f"abc_recompute must be one of {ABC_RECOMPUTE}, got {mode!r}")
+    if mode == "off":
+        return []
+
+    abc = torch.ops.hotcompile.abc_compress.default
+    nodes = [n for n in graph.nodes if n.op == "call_function" and n.target is abc]
+    if not nodes:
+        return []
+    bw = _backward_nodes(graph)
+    fw = _forward_nodes(graph, bw)
+    tagged = []
+    for node in nodes:
+        if node in bw:
+            continue
+        region = _region(node.args[0], elementwise=mode == "unary")
+        if region is None:
+            continue
+        nodes, leaves = region
+        skip = {node, *node.users}
+        if not all(_read_by_backward(leaf, fw, set(nodes), skip) for leaf in leaves):
+            continue
+        for n in [*nodes, node, *node.users]:  # the users: the getitems of codes and scale
+            n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+        tagged.append(node.name)
+    return tagged

@@ -1,0 +1,88 @@
+"""ABC codes recomputed in the backward where it reads the layer's input anyway
+(``hotcompile.passes.abc_recompute``, ``HotConfig.abc_recompute``): fewer saved bytes, the
+same gradients bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from hotcompile import HotConfig, HotConfigError, memory
+from hotcompile.demo import Block
+from hotcompile.graphdiff import diff
+
+
+class SwiGLU(nn.Module):
+    """LLaMA's MLP: the down projection's input is ``silu(gate) * up``."""
+
+    def __init__(self, dim: int = 64, hidden: int = 128) -> None:
+        super().__init__()
+        self.gate, self.up = nn.Linear(dim, hidden), nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def _run(model_fn, x, mode: str, compiler: str = "aot_eager"):
+    """Gradients after two compiled steps and the saved activation bytes of a third forward."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = model_fn()
+    options = {"compiler": compiler, "abc_recompute": mode, "gx_scaling": "per_token"}
+    compiled = torch.compile(model, backend="hot", options=options)
+    for _ in range(2):
+        model.zero_grad()
+        compiled(x).square().mean().backward()
+    saved = memory.saved_activation_bytes(compiled(x).square().mean(), model)
+    return [p.grad.clone() for p in model.parameters()], saved
+
+
+def _codes_bytes(rows: int, cols: int) -> int:
+    return rows * cols  # int8 codes (+ a 4-byte scale, below)
+
+
+def test_views_drops_the_codes_of_proj_whose_input_attention_saves_anyway():
+    x = torch.randn(2, 32, 64)
+    grads_off, saved_off = _run(lambda: Block(64, 4, 128), x, "off")
+    grads_views, saved_views = _run(lambda: Block(64, 4, 128), x, "views")
+    assert all(torch.equal(a, b) for a, b in zip(grads_off, grads_views))
+    # proj's codes: 2 samples x 2 blocks of 16 tokens x 8 kept rows, 64 channels, + scale
+    assert saved_off - saved_views == _codes_bytes(2 * 2 * 8, 64) + 4
+
+
+def test_unary_also_recomputes_fc2s_codes_from_fc1s_output():
+    x = torch.randn(2, 32, 64)
+    grads_views, saved_views = _run(lambda: Block(64, 4, 128), x, "views")
+    grads_unary, saved_unary = _run(lambda: Block(64, 4, 128), x, "unary")
+    assert all(torch.equal(a, b) for a, b in zip(grads_views, grads_unary))
+    assert saved_views - saved_unary == _codes_bytes(2 * 2 * 8, 128) + 4  # fc2's codes
+
+
+def test_unary_recomputes_swiglus_down_projection_input_from_both_its_inputs():
+    x = torch.randn(2, 32, 64)
+    grads_views, saved_views = _run(SwiGLU, x, "views")
+    grads_unary, saved_unary = _run(SwiGLU, x, "unary")
+    assert all(torch.equal(a, b) for a, b in zip(grads_views, grads_unary))
+    assert saved_views - saved_unary == _codes_bytes(2 * 2 * 8, 128) + 4  # down's codes
+
+
+def test_the_joint_pass_runs_under_inductor():
+    x = torch.randn(2, 32, 64)
+    grads_off, saved_off = _run(lambda: Block(64, 4, 128), x, "off", "inductor")
+    grads_unary, saved_unary = _run(lambda: Block(64, 4, 128), x, "unary", "inductor")
+    assert all(torch.equal(a, b) for a, b in zip(grads_off, grads_unary))
+    assert saved_off - saved_unary >= _codes_bytes(2 * 2 * 8, 128) + 4
+
+
+def test_the_diff_tool_says_the_compression_is_recomputed():
+    result = diff(Block(64, 4, 128), [torch.randn(2, 32, 64)])
+    proj = result.layer("proj")
+    assert proj.input_saved and "recomputes the compression" in proj.input_saved_reason
+
+
+def test_unknown_mode_is_refused_with_the_valid_ones():
+    with pytest.raises(HotConfigError, match="abc_recompute.*'views', 'unary', 'off'"):
+        HotConfig.from_options({"abc_recompute": "all"})
