@@ -313,8 +313,12 @@ def test_training_step_under_torch_compile_matches_reference(abc):
 @pytest.mark.parametrize("N,S,O,I,grid_w", GW_SHAPES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_fp8_hla_grad_weight_matches_reference(N, S, O, I, grid_w, dtype):
-    """FP8 g_w on CUDA: the e4m3 GEMM (products exact in float32, sums in another order
-    than the reference's matmul) equals the reference to float32 rounding."""
+    """FP8 g_w on CUDA: the e4m3 GEMM equals the reference's float32 matmul of the same codes
+    up to accumulation rounding. Not to float32 rounding: Hopper's FP8 tensor cores accumulate
+    with fewer mantissa bits than float32 unless the kernel promotes partial sums (Triton's
+    default on sm_90 does not); measured on the H100 (2026-11-22): relative error 4e-5 at
+    K = 48 up to 2.7e-4 at K = 416. The codes themselves carry ~3% rounding error (3 mantissa
+    bits), so this is noise beside the format's own."""
     kernels.register()
     gy = (_x(N, S, O, torch.float32, seed=O) * 1e-3).to(dtype).cuda()
     x = _x(N, S, I, dtype, seed=I).cuda()
@@ -323,4 +327,4 @@ def test_fp8_hla_grad_weight_matches_reference(N, S, O, I, grid_w, dtype):
     ref = hops.hla_grad_weight._init_fn(gy, xq, sx, *args)
     for out in (ops.hla_grad_weight(gy, xq, sx, *args), ops.hla_grad_weight_dense(gy, x, *args)):
         assert out.dtype == torch.float32 and out.shape == (O, I)
-        assert ((out - ref).norm() / ref.norm()).item() < 1e-5
+        assert ((out - ref).norm() / ref.norm()).item() < 2e-3
