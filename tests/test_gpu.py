@@ -194,4 +194,6 @@ def test_fp8_weight_gradient_on_cuda_matches_the_cpu_reference():
     assert out["cuda"][0].dtype == torch.float8_e4m3fn
     assert torch.equal(out["cuda"][0].float(), out["cpu"][0].float())
     assert torch.equal(out["cuda"][1], out["cpu"][1])
-    torch.testing.assert_close(out["cuda"][2], out["cpu"][2], rtol=1e-5, atol=0)
+    # Hopper's FP8 MMA accumulates with fewer bits than float32 (tests/test_kernels_hla_gpu.py
+    # ::test_fp8_hla_grad_weight_matches_reference measured up to 2.7e-4): norm-relative bound
+    assert rel(out["cuda"][2], out["cpu"][2]) < 2e-3
