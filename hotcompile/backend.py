@@ -117,7 +117,7 @@ def aot_decomp_partition(
     example_inputs: Sequence[Any],
     partition_fn: Callable | None = None,
     inference_compiler: Callable | None = None,
-    abc_recompute: str = "views",
+    abc_recompute: str = "unary",
 ) -> Callable:
     """AOTAutograd with inductor's decompositions and min-cut partitioner, no code generation.
 

@@ -682,10 +682,13 @@ def _consumers(graph: torch.fx.Graph, start: torch.fx.Node) -> list[torch.fx.Nod
 
 
 def _has_ac(info: _GraphInfo, layer: str) -> bool:
+    """Whether ``layer`` is inside a user's checkpointed region. ``torch.utils.checkpoint``
+    marks its nodes with an ``ac_graph_id``; a ``recompute`` tag alone is also what
+    ``hotcompile.passes.abc_recompute`` sets on the ops it re-derives ABC codes through."""
     fw = info.capture.fw
     assert fw is not None
     return any(
-        info.fw_layer.get(n) == layer and (n.meta.get("recompute") or n.meta.get("ac_graph_id"))
+        info.fw_layer.get(n) == layer and n.meta.get("ac_graph_id") is not None
         for n in fw.graph.nodes
     )
 

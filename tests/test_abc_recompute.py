@@ -86,3 +86,13 @@ def test_the_diff_tool_says_the_compression_is_recomputed():
 def test_unknown_mode_is_refused_with_the_valid_ones():
     with pytest.raises(HotConfigError, match="abc_recompute.*'views', 'unary', 'off'"):
         HotConfig.from_options({"abc_recompute": "all"})
+
+
+def test_the_diff_tool_shows_fc2s_compression_in_the_backward_and_flags_nothing_new():
+    """Default (``"unary"``): fc2's ``abc_compress`` moves from the forward to the backward, and
+    the ops it is re-derived through are not mistaken for activation checkpointing."""
+    result = diff(Block(64, 4, 128), [torch.randn(2, 32, 64)])
+    fc2, fc1 = result.layer("fc2"), result.layer("fc1")
+    assert not any("abc_compress" in line for line in fc2.fw_after)
+    assert any("abc_compress" in line for line in fc2.bw_after)
+    assert not fc1.flagged and not fc2.flagged, (fc1.input_saved_reason, fc2.input_saved_reason)

@@ -71,7 +71,9 @@ class Checkpointed(nn.Module):
 @pytest.fixture(scope="module")
 def block():
     torch.manual_seed(0)
-    opts = {"exclude": ("attn.proj",), "gx_scaling": "per_token"}
+    # abc_recompute="views": every layer's compression in the forward, saved (the default,
+    # "unary", re-derives fc2's in the backward: tests/test_abc_recompute.py)
+    opts = {"exclude": ("attn.proj",), "gx_scaling": "per_token", "abc_recompute": "views"}
     return diff(Block(), torch.randn(2, 16, 32), opts)
 
 

@@ -144,16 +144,22 @@ GW_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("N,S,O,I,grid_w", GW_SHAPES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("rounding", ["nearest", "pseudo_stochastic"])
-def test_hla_grad_weight_matches_reference(N, S, O, I, grid_w, dtype, rounding):
+def _gw_case(N, S, O, I, grid_w, dtype, rounding):
+    """CUDA g_y and x of one g_w case, x's codes from the reference ``abc_compress``, the op's
+    remaining arguments, and the reference ``hla_grad_weight``."""
     kernels.register()
     gy = (_x(N, S, O, torch.float32, seed=O) * 1e-3).to(dtype).cuda()
     x = _x(N, S, I, dtype, seed=I).cuda()
     xq, sx = hops.abc_compress._init_fn(x, grid_w, LP_L1, 16, 8, rounding)
     args = (grid_w, LP_L1, 16, 8, rounding, "l", False)
-    ref = hops.hla_grad_weight._init_fn(gy, xq, sx, *args)
+    return gy, x, xq, sx, args, hops.hla_grad_weight._init_fn(gy, xq, sx, *args)
+
+
+@pytest.mark.parametrize("N,S,O,I,grid_w", GW_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rounding", ["nearest", "pseudo_stochastic"])
+def test_hla_grad_weight_matches_reference(N, S, O, I, grid_w, dtype, rounding):
+    gy, x, xq, sx, args, ref = _gw_case(N, S, O, I, grid_w, dtype, rounding)
     out = ops.hla_grad_weight(gy, xq, sx, *args)
     assert out.dtype == torch.float32 and out.shape == (O, I)
     # integer GEMM exact, the same dequantization: equal up to fp32 rounding of the product
@@ -303,12 +309,7 @@ def test_fp8_hla_grad_weight_matches_reference(N, S, O, I, grid_w, dtype):
     default on sm_90 does not); measured on the H100 (2026-11-22): relative error 4e-5 at
     K = 48 up to 2.7e-4 at K = 416. The codes themselves carry ~3% rounding error (3 mantissa
     bits), so this is noise beside the format's own."""
-    kernels.register()
-    gy = (_x(N, S, O, torch.float32, seed=O) * 1e-3).to(dtype).cuda()
-    x = _x(N, S, I, dtype, seed=I).cuda()
-    xq, sx = hops.abc_compress._init_fn(x, grid_w, LP_L1, 16, 8, FP8_E4M3)
-    args = (grid_w, LP_L1, 16, 8, FP8_E4M3, "l", False)
-    ref = hops.hla_grad_weight._init_fn(gy, xq, sx, *args)
+    gy, x, xq, sx, args, ref = _gw_case(N, S, O, I, grid_w, dtype, FP8_E4M3)
     for out in (ops.hla_grad_weight(gy, xq, sx, *args), ops.hla_grad_weight_dense(gy, x, *args)):
         assert out.dtype == torch.float32 and out.shape == (O, I)
         assert ((out - ref).norm() / ref.norm()).item() < 2e-3

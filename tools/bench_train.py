@@ -61,6 +61,9 @@ from hotcompile.config import HotConfig
 from hotcompile.demo import Block
 from hotcompile.memory import saved_tensors
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from gpu_tests import _commit  # noqa: E402  (one way to name the commit: env or git)
+
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 GIB = 1024**3
 
@@ -231,6 +234,8 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_cg": {"mode": "reduce-overhead"},
     "hot_unary": {"abc_recompute": "unary"},
     "hot_unary_cg": {"abc_recompute": "unary", "mode": "reduce-overhead"},
+    "hot_views": {"abc_recompute": "views"},
+    "hot_views_cg": {"abc_recompute": "views", "mode": "reduce-overhead"},
 }
 
 #: the inductor mode of the plain variants (``torch.compile(model, mode=...)``)
@@ -238,7 +243,7 @@ PLAIN_MODES: dict[str, str | None] = {"inductor": None, "inductor_cg": "reduce-o
 
 #: the plain variant a hot variant's targets are judged against (default: ``inductor``):
 #: CUDA graphs on both sides, or on neither
-BASELINE: dict[str, str] = {"hot_cg": "inductor_cg", "hot_unary_cg": "inductor_cg"}
+BASELINE: dict[str, str] = {v: "inductor_cg" for v in ("hot_cg", "hot_unary_cg", "hot_views_cg")}
 
 
 def baseline_of(variant: str) -> str:
@@ -256,9 +261,13 @@ VARIANT_NOTES: dict[str, str] = {
     "(no per-kernel launch cost on the host)",
     "hot_cg": 'as hot, with options={"mode": "reduce-overhead"}: HOT\'s backward recorded into '
     "CUDA graphs too; judged against inductor_cg",
-    "hot_unary": 'as hot, with abc_recompute="unary": fc2\'s ABC codes recomputed in the '
-    "backward from fc1's output (saved anyway for the activation's backward) instead of saved",
+    "hot_unary": 'as hot, with abc_recompute="unary" (the default since 2026-11-22: fc2\'s ABC '
+    "codes recomputed in the backward from fc1's output, saved anyway for the activation's "
+    "backward, instead of saved)",
     "hot_unary_cg": 'as hot_cg, with abc_recompute="unary"; judged against inductor_cg',
+    "hot_views": 'as hot, with abc_recompute="views" (the default until 2026-11-22: only '
+    "view/copy chains recomputed)",
+    "hot_views_cg": 'as hot_cg, with abc_recompute="views"; judged against inductor_cg',
 }
 
 
@@ -721,7 +730,8 @@ def markdown(res: dict[str, Any]) -> str:
         '# Training step: backend="hot" vs plain inductor (tools/bench_train.py)',
         "",
         f"Device: {res['device']}; torch {res['torch']}, triton {res['triton']}, "
-        f"Python {res['python']}; {res['date']}. Compiler: {res['compiler']}; "
+        f"Python {res['python']}; {res['date']}; commit {res.get('commit', '?')}. "
+        f"Compiler: {res['compiler']}; "
         f"{res['steps']} timed steps after {res['warmup']} warm-up steps; bf16 autocast; "
         f"AdamW (fused where available).",
         "",
@@ -945,6 +955,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "triton": triton_version,
         "python": platform.python_version(),
         "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
         "command": " ".join(["tools/bench_train.py", *(sys.argv[1:] if argv is None else argv)]),
         "quick": a.quick,
         "compiler": compiler,
