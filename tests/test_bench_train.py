@@ -163,3 +163,22 @@ def test_profile_says_where_hot_spends_the_step(quick_run: tuple[dict[str, Any],
 def test_gpu_busy_is_the_union_of_kernel_spans() -> None:
     assert bench._merged_us([]) == 0.0
     assert bench._merged_us([(0.0, 10.0), (5.0, 12.0), (20.0, 25.0), (21.0, 22.0)]) == 17.0
+
+
+def test_nested_hot_ops_count_once_in_the_profile() -> None:
+    """A reference op calling another ``hotcompile`` op (``hla_grad_weight_dense`` →
+    ``hla_grad_weight`` on CPU) is counted as the outer op only: the host/device sums of the
+    profile table do not count the inner call twice."""
+    import torch
+
+    gy, x = torch.randn(2, 32, 48), torch.randn(2, 32, 40)
+    rows = [0, 2, 3, 8, 10, 11, 12, 14]
+
+    def step():
+        return torch.ops.hotcompile.hla_grad_weight_dense(
+            gy, x, 0, rows, 16, 8, "nearest", "l", False
+        )
+
+    prof = bench.profile_steps_of(step, 2, torch.device("cpu"), "t", None)
+    assert set(prof["hot_ops"]) == {"hotcompile::hla_grad_weight_dense"}
+    assert prof["hot_ops"]["hotcompile::hla_grad_weight_dense"]["calls"] == 1

@@ -384,6 +384,19 @@ def _merged_us(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+def _outermost_hot_op(event: Any) -> bool:
+    """A ``hotcompile::`` op event not nested in another (a reference calling ``int_gemm`` or
+    ``hla_grad_weight``): its host and device time already count in the outer op's."""
+    if not event.name.startswith("hotcompile::"):
+        return False
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("hotcompile::"):
+            return False
+        parent = parent.cpu_parent
+    return True
+
+
 def profile_steps_of(
     step: Callable[[], torch.Tensor],
     n: int,
@@ -427,7 +440,7 @@ def profile_steps_of(
     )
     ops: dict[str, dict[str, float]] = {}
     for e in events:
-        if e.device_type == DeviceType.CPU and e.name.startswith("hotcompile::"):
+        if e.device_type == DeviceType.CPU and _outermost_hot_op(e):
             o = ops.setdefault(e.name, {"calls": 0, "host_us": 0.0, "device_us": 0.0})
             o["calls"] += 1
             o["host_us"] += e.cpu_time_total
