@@ -196,19 +196,33 @@ def part_costs(device: torch.device, reps: int) -> dict[str, float]:
     return _host_us(calls, device, reps)
 
 
+#: calls timed between two device syncs: few enough that their launches never fill the CUDA
+#: launch queue (~1000 entries), whose back-pressure would be timed as host cost
+CHUNK = 20
+
+
 def _host_us(calls: dict, device: torch.device, reps: int) -> dict[str, float]:
-    """Host µs per call of each function, the device kept busy so only the host is timed."""
+    """Host µs per call of each function, the device kept busy so only the host is timed.
+
+    Timed in chunks of ``CHUNK`` calls, each behind a fresh device sleep: in one long run the
+    launches queue up until the launch queue is full and every later launch waits for the
+    device (the first s6 breakdown timed ``torch.zeros(1)`` at 96 µs that way)."""
     res = {}
     for name, fn in calls.items():
         for _ in range(3):
             fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda._sleep(50_000_000)  # keep the device busy: only the host is timed
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        res[name] = (time.perf_counter() - t0) * 1e6 / reps
+        total, done = 0.0, 0
+        while done < reps:
+            n = min(CHUNK, reps - done)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda._sleep(10_000_000)  # ~5 ms of device time to queue behind
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            total += time.perf_counter() - t0
+            done += n
+        res[name] = total * 1e6 / reps
         if device.type == "cuda":
             torch.cuda.synchronize()
     return res
