@@ -25,7 +25,8 @@ projection, the setting language models need today), ``naive_int4`` (per-tensor 
 backward paths, no Hadamard, no HLA), ``hot_plan`` (HOT with the per-layer HLA choice and LQS
 quantizers of ``hotcompile.calibrate`` run on the model of a 60-step FP32 pilot, then training
 from the seed's initial weights with ``options={"plan": plan}``), ``hot_fp8_gw`` (HOT with
-FP8-e4m3 instead of INT8 codes on the g_w path), ``hot_fp8_no_hla`` (the same, HLA off).
+FP8-e4m3 instead of INT8 codes on the g_w path), ``hot_fp8_no_hla`` (the same, HLA off),
+``hot_seq_rows`` (HLA keeping the 1-D low-pass rows, sequency 0-7, instead of the 2-D set).
 LoRA variants: ``lora``
 (plain), ``lora_hot_base`` (HOT on the frozen base only, which gets only the g_x path),
 ``lora_hot_all`` (HOT on the adapters too).
@@ -88,6 +89,9 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_fp8_gw": {"gw_format": "fp8"},
     # the same without HLA: FP8 vs INT8 rounding is then what separates it from hot_no_hla
     "hot_fp8_no_hla": {"gw_format": "fp8", "hla": False},
+    # HLA keeping the 1-D low-pass rows (sequency 0-7) instead of the 2-D L1 set: a block of
+    # 16 consecutive tokens read as a sequence, not as a 4x4 patch (hot-method.md's option)
+    "hot_seq_rows": {"hla_rows": "sequency"},
 }
 
 
@@ -1464,6 +1468,7 @@ what each variant is (all through torch.compile):
   naive_int4    per-tensor INT4 on both backward paths, no Hadamard, no HLA
   hot_fp8_gw    HOT with FP8-e4m3 codes on the g_w path (gw_format="fp8") instead of INT8
   hot_fp8_no_hla  as hot_fp8_gw with HLA off (compare with hot_no_hla: FP8 vs INT8 rounding)
+  hot_seq_rows  HOT with HLA's 1-D low-pass rows (sequency 0-7; hla_rows="sequency")
   lora tasks:   lora (plain) / lora_hot_base (HOT on frozen base only) / lora_hot_all
 
 examples:
