@@ -64,22 +64,43 @@ def _poll(wait: bool = False) -> None:
             _report(layer, path)
 
 
+# the device-facing steps of the CUDA check, one function each (tests/test_numerics.py runs
+# the ring's bookkeeping on the CPU through fakes of these four)
+def _deferred(scale: torch.Tensor) -> bool:
+    """Whether ``scale`` is checked without a host sync (on CUDA) or right away."""
+    return scale.device.type == "cuda"
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_current_stream_capturing()
+
+
+def _host_buffer(n: int) -> torch.Tensor:
+    return torch.empty((n,), dtype=torch.float32, pin_memory=True)
+
+
+def _recorded_event() -> torch.cuda.Event:
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
 def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
     """Warn once per layer when ``scale`` (of a gradient operand) is NaN/Inf (on CUDA without
     a host sync: see the module docstring)."""
     global _flags, _cursor
-    if scale.device.type != "cuda":
+    if not _deferred(scale):
         if layer not in _reported and not bool(torch.isfinite(scale).all()):
             _report(layer, path)
         return
-    if torch.cuda.is_current_stream_capturing():
+    if _capturing():
         return  # no event queries, no host copies while a CUDA graph is recorded
     if _pending:
         _poll()
     if layer in _reported or scale.numel() == 0:
         return
     if _flags is None:
-        _flags = torch.empty((RING,), dtype=torch.float32, pin_memory=True)
+        _flags = _host_buffer(RING)
     slot = _cursor
     if slot in _busy:  # RING checks in flight: wait for the oldest (only if the host runs
         _poll(wait=True)  # that far ahead of the device)
@@ -88,8 +109,7 @@ def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
     # for a per-tensor scale, then one 4-byte copy into pinned memory, read when it has landed
     top = scale.reshape(()) if scale.numel() == 1 else scale.amax()
     _flags[slot].copy_(top, non_blocking=True)
-    event = torch.cuda.Event()
-    event.record()
+    event = _recorded_event()
     _busy.add(slot)
     _pending.append((layer, path, slot, event))
 

@@ -168,6 +168,80 @@ def test_finite_training_reports_nothing(caplog):
 # ----------------------------------------------------------------------------- whole layers
 
 
+class _Device:
+    """A fake device clock for the CUDA check's events: work queued up to ``done`` ran."""
+
+    def __init__(self) -> None:
+        self.queued = self.done = 0
+        self.waits = 0
+
+    def event(self):
+        self.queued += 1
+        device, ticket = self, self.queued
+
+        class Event:
+            def query(self) -> bool:
+                return device.done >= ticket
+
+            def synchronize(self) -> None:
+                device.waits += 1
+                device.done = max(device.done, ticket)
+
+        return Event()
+
+
+@pytest.fixture
+def fake_cuda_check(monkeypatch):
+    """``numerics.check_scale``'s CUDA path on the CPU: the copies land at once, the events
+    complete when the fake device says so."""
+    from hotcompile import numerics
+
+    device = _Device()
+    numerics.reset()
+    monkeypatch.setattr(numerics, "_flags", None)
+    monkeypatch.setattr(numerics, "_cursor", 0)
+    monkeypatch.setattr(numerics, "RING", 8)
+    monkeypatch.setattr(numerics, "_deferred", lambda scale: True)
+    monkeypatch.setattr(numerics, "_capturing", lambda: False)
+    monkeypatch.setattr(numerics, "_host_buffer", lambda n: torch.empty(n))
+    monkeypatch.setattr(numerics, "_recorded_event", device.event)
+    yield numerics, device
+    numerics.reset()
+
+
+def test_deferred_check_reports_once_the_copy_has_landed(fake_cuda_check, caplog):
+    numerics, device = fake_cuda_check
+    with caplog.at_level(logging.WARNING, logger="hotcompile"):
+        numerics.check_scale(torch.tensor([1.0, float("nan")]), "fc1", "g_x")  # per token
+        numerics.check_scale(torch.tensor([2.0]), "fc2", "g_w")
+        assert not caplog.records  # still in flight: nothing read yet
+        device.done = device.queued  # the device catches up
+        numerics.check_scale(torch.tensor([float("inf")]), "fc1", "g_w")  # polls first
+        assert [r.getMessage().count("'fc1'") for r in caplog.records] == [1]
+        assert numerics.nonfinite_layers() == {"fc1": "g_x"}  # once, the first path
+    assert device.waits == 0  # a finished event is never waited on
+
+
+def test_a_full_ring_waits_for_the_oldest_check_and_misses_nothing(fake_cuda_check):
+    numerics, device = fake_cuda_check
+    for i in range(numerics.RING):
+        numerics.check_scale(torch.tensor([1.0]), f"ok{i}", "g_x")  # the device never catches up
+    numerics.check_scale(torch.tensor([float("nan")]), "late", "g_w")  # slot 0 is still busy
+    assert device.waits > 0  # so the host waited instead of overwriting an unread slot
+    assert numerics.nonfinite_layers() == {"late": "g_w"}
+
+
+def test_poll_stops_at_the_oldest_check_still_in_flight(fake_cuda_check):
+    numerics, device = fake_cuda_check
+    numerics.check_scale(torch.tensor([1.0]), "a", "g_x")
+    numerics.check_scale(torch.tensor([float("nan")]), "b", "g_x")
+    numerics._poll()  # neither landed: both stay pending, in order
+    assert [p[0] for p in numerics._pending] == ["a", "b"]
+    device.done = 1  # only the first landed
+    numerics._poll()
+    assert [p[0] for p in numerics._pending] == ["b"] and not numerics._reported
+
+
 def test_hot_gradients_track_exact_gradients():
     """Default HOT on a smooth sequence model: gradients point the same way as autograd's."""
     torch.manual_seed(0)
