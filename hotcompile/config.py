@@ -123,7 +123,8 @@ class HotConfig:
             naming it here overrides that.
         check_nonfinite: ``"once"`` warns once per layer, naming it, when a NaN/Inf reaches a
             HOT backward (the NaN/Inf itself always propagates); ``"off"`` skips the check
-            (on CUDA it is a non-blocking flag copy per op, reported a step later).
+            (on CUDA: the largest scale copied into a pinned ring without blocking, read when
+            it has landed, so a report can come a step later).
         kernels: which implementation runs the quantize kernels and low-precision GEMMs on
             CUDA: ``"auto"`` (default: the fastest measured per shape, cached on disk), or one
             family — ``"cutlass"``, ``"cuda"``, ``"triton"``, ``"torch"`` — used wherever it
