@@ -57,6 +57,7 @@ class LayerSpec:
     block: int = 16
     rounding: str = "pseudo_stochastic"
     abc: bool = True
+    hla_signs: bool = False
     hla_2d: str = "none"
     exact: bool = False
     check: bool = True
@@ -115,6 +116,47 @@ def _linear_geometry(spec: LayerSpec, x: torch.Tensor) -> tuple[torch.Tensor, in
         return x.reshape(1, x.shape[0], I), 0, rows
     grid_w = x.shape[2] if x.dim() == 4 and patch_side(spec.block) else 0
     return x.reshape(x.shape[0], -1, I), grid_w, spec.hla_rows
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _hash_signs(t3: torch.Tensor) -> torch.Tensor:
+    """±1 ``[N, S, 1]`` (t3's dtype) from a hash of each position's first value's bits, its
+    sample and position, and the batch's very first value (a salt that changes every step).
+
+    Not an RNG draw: inside a compiled graph the min-cut partitioner recomputes input-less
+    random ops (``torch.randint``, and ``rand_like`` once decomposed to ``aten.rand``) in the
+    backward, which would give g_y other signs than x (seen on torch 2.13). A hash of the
+    data is deterministic wherever it is recomputed, needs no RNG state (CUDA graphs replay it
+    as is), and, like NITI's pseudo-stochastic rounding, takes the low bits of the values as
+    its randomness. Integer ops only: a recompute gives the same bits on any device.
+    """
+    bits = t3[..., :1].float().contiguous().view(torch.int32).to(torch.int64) & _M32
+    pos = torch.arange(t3.shape[1], device=t3.device).view(1, -1, 1)
+    smp = torch.arange(t3.shape[0], device=t3.device).view(-1, 1, 1)
+    h = (bits * 0x9E3779B1 + pos * 0x85EBCA6B + smp * 0xC2B2AE35 + bits[:1, :1] * 0x27D4EB2F) & _M32
+    h = h ^ (h >> 15)
+    h = (h * 0x2C1B3C6D) & _M32
+    h = h ^ (h >> 12)
+    return 1 - 2 * ((h >> 7) & 1).to(t3.dtype)
+
+
+def _signed(spec: LayerSpec, rows, t3: torch.Tensor, signs: torch.Tensor | None = None):
+    """``(t3 · D, D)`` with D pseudo-random ±1 per sample and position (:func:`_hash_signs`
+    unless ``signs`` is given) when the layer runs HLA with ``hla_signs``, else
+    ``(t3, None)``: the same D on x and g_y makes ``2·g_yᵀ D Π D x`` an (approximately)
+    unbiased estimate of ``g_yᵀ x`` (``HotConfig.hla_signs``)."""
+    if not (spec.hla_signs and rows):
+        return t3, None
+    if signs is None:
+        signs = _hash_signs(t3)
+    return t3 * signs.to(t3.dtype), signs
+
+
+def _unsigned_scale(signs: torch.Tensor | None) -> float:
+    """The factor that makes the signed HLA unbiased: ``E[D Π D] = (r/n)·I = ½·I``."""
+    return 1.0 if signs is None else 2.0
 
 
 def _compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows) -> tuple[torch.Tensor, ...]:
@@ -194,7 +236,10 @@ class HotLinearFunction(torch.autograd.Function):
             else:
                 x3, ctx.grid_w, ctx.rows = _linear_geometry(spec, x)
                 ctx.x3_ns = x3.shape[:2]
+                x3, signs = _signed(spec, ctx.rows, x3)
                 saved.extend(_compress(spec, x3, ctx.grid_w, ctx.rows))
+                if signs is not None:
+                    saved.append(signs)
         ctx.save_for_backward(*saved)
         return y
 
@@ -215,10 +260,15 @@ class HotLinearFunction(torch.autograd.Function):
                 x3, grid_w, rows = _linear_geometry(spec, saved[0])
                 gy3 = gy.reshape(x3.shape[0], x3.shape[1], O)
                 _probe_hla(spec, gy3, x3, grid_w, rows)
-                gw = _weight_grad_dense(spec, gy3, x3, grid_w, rows)
+                x3, signs = _signed(spec, rows, x3)
+                gy3, _ = _signed(spec, rows, gy3, signs)
+                gw = _weight_grad_dense(spec, gy3, x3, grid_w, rows) * _unsigned_scale(signs)
             else:
                 gy3 = gy.reshape(ctx.x3_ns[0], ctx.x3_ns[1], O)
+                signs = saved.pop() if spec.hla_signs and ctx.rows else None
+                gy3, _ = _signed(spec, ctx.rows, gy3, signs)
                 gw = _weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
+                gw = gw * _unsigned_scale(signs)
             gw = gw.to(weight.dtype)
         if ctx.needs_input_grad[2]:
             gb = gy2.sum(0).to(ctx.b_dtype)
@@ -250,7 +300,10 @@ class HotConv2dFunction(torch.autograd.Function):
                 saved.append(x)
             else:
                 ctx.rows = spec.hla_rows
-                saved.extend(_compress(spec, _cols(x, weight, spec), y.shape[-1], ctx.rows))
+                cols, signs = _signed(spec, ctx.rows, _cols(x, weight, spec))
+                saved.extend(_compress(spec, cols, y.shape[-1], ctx.rows))
+                if signs is not None:
+                    saved.append(signs)
         ctx.save_for_backward(*saved)
         return y
 
@@ -282,12 +335,17 @@ class HotConv2dFunction(torch.autograd.Function):
                 )
             else:
                 gy3 = gy.permute(0, 2, 3, 1).reshape(N, Ho * Wo, O)
+                rows = spec.hla_rows
                 if spec.abc:
-                    gw = _weight_grad(spec, gy3, saved, Wo, spec.hla_rows)
+                    signs = saved.pop() if spec.hla_signs and rows else None
+                    gy3, _ = _signed(spec, rows, gy3, signs)
+                    gw = _weight_grad(spec, gy3, saved, Wo, rows) * _unsigned_scale(signs)
                 else:
                     cols = _cols(saved[0], weight, spec)
-                    _probe_hla(spec, gy3, cols, Wo, spec.hla_rows)
-                    gw = _weight_grad_dense(spec, gy3, cols, Wo, spec.hla_rows)
+                    _probe_hla(spec, gy3, cols, Wo, rows)
+                    cols, signs = _signed(spec, rows, cols)
+                    gy3, _ = _signed(spec, rows, gy3, signs)
+                    gw = _weight_grad_dense(spec, gy3, cols, Wo, rows) * _unsigned_scale(signs)
                 gw = gw.reshape(weight.shape)
             gw = gw.to(weight.dtype)
         if ctx.needs_input_grad[2]:

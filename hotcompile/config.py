@@ -65,6 +65,14 @@ class HotConfig:
             :func:`hotcompile.calibrate`, a layer whose plan entry says ``hla=False`` runs its
             g_w path without the projection (INT8 of x and g_y only; the forward then saves
             INT8 x, twice ABC's bytes). ``hla=False`` turns HLA off everywhere, plan or not.
+        hla_signs: multiply x and g_y by the same random ±1 per token (per layer and step)
+            before HLA's projection and g_w by 2: HLA then estimates ``g_yᵀx`` without bias.
+            The paper's fixed low-pass is biased — it never sees the high-sequency part of
+            g_yᵀx — which is what breaks language models (byte LM, unquantized, 3 seeds:
+            low-pass +17.3%, with signs +0.5%, exact 0; ``tools/repros/hla_estimators_lm.py``).
+            Costs a multiply of x (forward) and of g_y (backward) and a ``[N, S]`` sign tensor
+            saved per layer. Off by default: for smooth image activations the low-pass is the
+            better approximation (tools/results/accuracy.md, variant ``hot_hla_signs``).
         hla_threshold: the HLA choice of :func:`hotcompile.calibrate`: per layer it measures
             ``e_hla = ‖g_yᵀΠx − g_yᵀx‖/‖g_yᵀx‖`` (Π: HLA's projection along L) on the real
             g_y and x of its calibration backward and keeps HLA iff ``e_hla <= hla_threshold``.
@@ -142,6 +150,7 @@ class HotConfig:
     gw_bits: int | None = 8
     gw_format: str = "int8"
     hla: bool = True
+    hla_signs: bool = False
     hla_threshold: float | None = 0.6
     gx_scaling: str = "lqs"
     lqs_calibration_steps: int = 1
@@ -180,7 +189,7 @@ class HotConfig:
         for name in ("gx_bits", "gw_bits"):
             if getattr(self, name) not in (4, 8, None):
                 raise bad(name, getattr(self, name), "4, 8 or None (no quantization)")
-        for name in ("hla", "abc", "exact", "hadamard"):
+        for name in ("hla", "hla_signs", "abc", "exact", "hadamard"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, getattr(self, name), "True or False")
         choice("gx_scaling", GX_SCALINGS)

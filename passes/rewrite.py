@@ -254,6 +254,7 @@ def _spec(
         block=config.block_size,
         rounding=config.rounding,
         abc=config.abc,
+        hla_signs=config.hla_signs,
         hla_2d=config.hla_2d,
         exact=config.exact,
         check=config.check_nonfinite == "once",

@@ -211,3 +211,83 @@ def test_inductor_honours_the_plan():
     got, _ = _grads(m, xs, loss_fn, plan=plan, compiler="inductor")
     for k in ("a.weight", "b.weight"):
         assert rel(got[k], ref[k]) < 1e-5, k
+
+
+def test_the_estimator_study_s_unbiased_hla_variants_are_unbiased():
+    """``tools/repros/hla_estimators_lm.py`` compares HLA with two unbiased variants of it;
+    its conclusion rests on them being unbiased (mean over draws → the exact g_w) while the
+    fixed-row HLA is not (on white-noise tokens it keeps about half)."""
+    from conftest import load_tool
+
+    study = load_tool("repros/hla_estimators_lm.py")
+    g = torch.Generator().manual_seed(0)
+    gy3, x3 = torch.randn(4, 64, 12, generator=g), torch.randn(4, 64, 10, generator=g)
+    exact = study.weight_grad(gy3, x3, "exact", g)
+    draws = 4000
+    for how in ("random_rows", "random_signs"):
+        mean = sum(study.weight_grad(gy3, x3, how, g) for _ in range(draws)) / draws
+        assert rel(mean, exact) < 0.08, how  # Monte-Carlo error ~ 1/sqrt(draws) x spread
+    hla = study.weight_grad(gy3, x3, "hla", g)
+    assert 0.3 < (hla * exact).sum() / (exact * exact).sum() < 0.7  # ~½ of the exact g_w
+
+
+def _gw_of(spec, x, gy, w):
+    from hotcompile.autograd import hot_linear
+
+    w = w.clone().requires_grad_(True)
+    hot_linear(x, w, None, spec).backward(gy)
+    return w.grad
+
+
+@pytest.mark.parametrize("abc", [True, False])
+def test_hla_signs_makes_the_weight_gradient_unbiased(abc):
+    """``hla_signs``: the mean over steps of HLA's g_w is the exact ``g_yᵀx`` (the low-pass
+    alone keeps about half of it on white-noise tokens) — with ABC's saved codes and without.
+    The signs are a hash of the data: each "step" here nudges the batch's first value (the
+    hash's salt), which redraws every sign while g_yᵀx stays put."""
+    from hotcompile.autograd import LayerSpec
+
+    g = torch.Generator().manual_seed(0)
+    x, gy = torch.randn(4, 64, 10, generator=g), torch.randn(4, 64, 12, generator=g)
+    w = torch.randn(12, 10, generator=g)
+    exact = gy.flatten(0, 1).t() @ x.flatten(0, 1)
+    base = LayerSpec("l", gx_bits=None, gw_bits=None, abc=abc)  # HLA without quantization
+    signed = LayerSpec("l", gx_bits=None, gw_bits=None, abc=abc, hla_signs=True)
+    total = torch.zeros_like(exact)
+    for k in range(2000):
+        xk = x.clone()
+        xk[0, 0, 0] += k * 1e-6  # a new salt: new signs everywhere
+        total += _gw_of(signed, xk, gy, w)
+    assert rel(total / 2000, exact) < 0.08
+    low = _gw_of(base, x, gy, w)
+    assert 0.3 < float((low * exact).sum() / (exact * exact).sum()) < 0.7
+    one = _gw_of(signed, x, gy, w)  # one draw: a different matrix, of the exact's size
+    assert 0.5 < float(one.norm() / exact.norm()) < 2.0
+
+
+def test_hla_signs_compile_without_random_ops_and_save_no_more():
+    """Compiled (aot_eager, INT8 codes): no random op in the forward or backward graph (the
+    signs are a hash of the data, so wherever the partitioner places or recomputes them, x and
+    g_y get the same), no more saved bytes than without signs, and the step trains."""
+    from hotcompile.graphdiff import diff
+
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 48), nn.GELU(), nn.Linear(48, 32))
+
+    x = torch.randn(2, 64, 32)
+    d = diff(mlp(), [x], {"hla_signs": True}, trace=False)
+    lines = [ln for lay in d.layers for ln in (*lay.fw_after, *lay.bw_after)]
+    assert lines and not any("rand" in ln for ln in lines)
+    saved = {}
+    for signs in (False, True):
+        torch._dynamo.reset()
+        m = mlp()
+        c = torch.compile(m, backend="hot", options={**AOT, "hla_signs": signs})
+        y = c(x)
+        saved[signs] = hotcompile.saved_activation_bytes(y, m)
+        y.square().mean().backward()
+        assert all(p.grad is not None and p.grad.isfinite().all() for p in m.parameters())
+    assert saved[True] <= saved[False]
+    with pytest.raises(HotConfigError, match="hla_signs"):
+        HotConfig.from_options({"hla_signs": "yes"})

@@ -26,7 +26,8 @@ backward paths, no Hadamard, no HLA), ``hot_plan`` (HOT with the per-layer HLA c
 quantizers of ``hotcompile.calibrate`` run on the model of a 60-step FP32 pilot, then training
 from the seed's initial weights with ``options={"plan": plan}``), ``hot_fp8_gw`` (HOT with
 FP8-e4m3 instead of INT8 codes on the g_w path), ``hot_fp8_no_hla`` (the same, HLA off),
-``hot_seq_rows`` (HLA keeping the 1-D low-pass rows, sequency 0-7, instead of the 2-D set).
+``hot_seq_rows`` (HLA keeping the 1-D low-pass rows, sequency 0-7, instead of the 2-D set),
+``hot_hla_signs`` (HOT with ``hla_signs=True``: HLA as an unbiased estimate).
 LoRA variants: ``lora``
 (plain), ``lora_hot_base`` (HOT on the frozen base only, which gets only the g_x path),
 ``lora_hot_all`` (HOT on the adapters too).
@@ -92,6 +93,9 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # HLA keeping the 1-D low-pass rows (sequency 0-7) instead of the 2-D L1 set: a block of
     # 16 consecutive tokens read as a sequence, not as a 4x4 patch (hot-method.md's option)
     "hot_seq_rows": {"hla_rows": "sequency"},
+    # HLA made unbiased: x and g_y multiplied by the same pseudo-random signs per token, g_w by
+    # 2 (tools/repros/hla_estimators_lm.py: the low-pass's bias is what breaks the LM)
+    "hot_hla_signs": {"hla_signs": True},
 }
 
 
@@ -1469,6 +1473,7 @@ what each variant is (all through torch.compile):
   hot_fp8_gw    HOT with FP8-e4m3 codes on the g_w path (gw_format="fp8") instead of INT8
   hot_fp8_no_hla  as hot_fp8_gw with HLA off (compare with hot_no_hla: FP8 vs INT8 rounding)
   hot_seq_rows  HOT with HLA's 1-D low-pass rows (sequency 0-7; hla_rows="sequency")
+  hot_hla_signs HOT with hla_signs=True (random signs per token: HLA without bias)
   lora tasks:   lora (plain) / lora_hot_base (HOT on frozen base only) / lora_hot_all
 
 examples:
