@@ -121,36 +121,49 @@ def _linear_geometry(spec: LayerSpec, x: torch.Tensor) -> tuple[torch.Tensor, in
 _M32 = 0xFFFFFFFF
 
 
-def _hash_signs(t3: torch.Tensor) -> torch.Tensor:
-    """±1 ``[N, S, 1]`` (t3's dtype) from a hash of each position's first value's bits, its
-    sample and position, and the batch's very first value (a salt that changes every step).
+def _hash_signs(t3: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """±1 ``[N, S, 1]`` (t3's dtype): a hash of each sample and position, salted with the bits
+    of the layer's first and last weight (which change at every optimizer step).
 
     Not an RNG draw: inside a compiled graph the min-cut partitioner recomputes input-less
     random ops (``torch.randint``, and ``rand_like`` once decomposed to ``aten.rand``) in the
-    backward, which would give g_y other signs than x (seen on torch 2.13). A hash of the
-    data is deterministic wherever it is recomputed, needs no RNG state (CUDA graphs replay it
-    as is), and, like NITI's pseudo-stochastic rounding, takes the low bits of the values as
-    its randomness. Integer ops only: a recompute gives the same bits on any device.
+    backward, with new values, so g_y would get other signs than x (seen on torch 2.13). Not a
+    hash of the activation either: inductor may recompute an activation in the backward with
+    other float rounding than the forward had (seen: LayerNorm's output), and one flipped bit
+    flips a sign. The weight is a graph input: every recompute reads the same bits, and
+    integer ops give the same hash on any device. The signs do not depend on the data, so
+    over steps (salts) ``2·g_yᵀ D Π D x`` averages to ``g_yᵀ x``. A weight that stops
+    changing (a frozen layer needs no g_w; lr 0) repeats its signs.
     """
-    bits = t3[..., :1].float().contiguous().view(torch.int32).to(torch.int64) & _M32
+    w = weight.detach().reshape(-1)
+    ends = torch.stack([w[0], w[-1]]).float().view(torch.int32).to(torch.int64) & _M32
+    salt = (ends[0] * 0x27D4EB2F + ends[1] * 0x165667B1) & _M32
     pos = torch.arange(t3.shape[1], device=t3.device).view(1, -1, 1)
     smp = torch.arange(t3.shape[0], device=t3.device).view(-1, 1, 1)
-    h = (bits * 0x9E3779B1 + pos * 0x85EBCA6B + smp * 0xC2B2AE35 + bits[:1, :1] * 0x27D4EB2F) & _M32
+    h = (pos * 0x85EBCA6B + smp * 0xC2B2AE35 + salt) & _M32
     h = h ^ (h >> 15)
     h = (h * 0x2C1B3C6D) & _M32
     h = h ^ (h >> 12)
+    h = (h * 0x297A2D39) & _M32
+    h = h ^ (h >> 15)
     return 1 - 2 * ((h >> 7) & 1).to(t3.dtype)
 
 
-def _signed(spec: LayerSpec, rows, t3: torch.Tensor, signs: torch.Tensor | None = None):
+def _signed(
+    spec: LayerSpec,
+    rows,
+    t3: torch.Tensor,
+    signs: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+):
     """``(t3 · D, D)`` with D pseudo-random ±1 per sample and position (:func:`_hash_signs`
-    unless ``signs`` is given) when the layer runs HLA with ``hla_signs``, else
-    ``(t3, None)``: the same D on x and g_y makes ``2·g_yᵀ D Π D x`` an (approximately)
-    unbiased estimate of ``g_yᵀ x`` (``HotConfig.hla_signs``)."""
+    of the layer's ``weight`` unless ``signs`` is given) when the layer runs HLA with
+    ``hla_signs``, else ``(t3, None)``: the same D on x and g_y makes ``2·g_yᵀ D Π D x`` an
+    unbiased estimate of ``g_yᵀ x`` over steps (``HotConfig.hla_signs``)."""
     if not (spec.hla_signs and rows):
         return t3, None
     if signs is None:
-        signs = _hash_signs(t3)
+        signs = _hash_signs(t3, weight)
     return t3 * signs.to(t3.dtype), signs
 
 
@@ -236,7 +249,7 @@ class HotLinearFunction(torch.autograd.Function):
             else:
                 x3, ctx.grid_w, ctx.rows = _linear_geometry(spec, x)
                 ctx.x3_ns = x3.shape[:2]
-                x3, signs = _signed(spec, ctx.rows, x3)
+                x3, signs = _signed(spec, ctx.rows, x3, weight=weight)
                 saved.extend(_compress(spec, x3, ctx.grid_w, ctx.rows))
                 if signs is not None:
                     saved.append(signs)
@@ -260,7 +273,7 @@ class HotLinearFunction(torch.autograd.Function):
                 x3, grid_w, rows = _linear_geometry(spec, saved[0])
                 gy3 = gy.reshape(x3.shape[0], x3.shape[1], O)
                 _probe_hla(spec, gy3, x3, grid_w, rows)
-                x3, signs = _signed(spec, rows, x3)
+                x3, signs = _signed(spec, rows, x3, weight=weight)
                 gy3, _ = _signed(spec, rows, gy3, signs)
                 gw = _weight_grad_dense(spec, gy3, x3, grid_w, rows) * _unsigned_scale(signs)
             else:
@@ -300,7 +313,7 @@ class HotConv2dFunction(torch.autograd.Function):
                 saved.append(x)
             else:
                 ctx.rows = spec.hla_rows
-                cols, signs = _signed(spec, ctx.rows, _cols(x, weight, spec))
+                cols, signs = _signed(spec, ctx.rows, _cols(x, weight, spec), weight=weight)
                 saved.extend(_compress(spec, cols, y.shape[-1], ctx.rows))
                 if signs is not None:
                     saved.append(signs)
@@ -343,7 +356,7 @@ class HotConv2dFunction(torch.autograd.Function):
                 else:
                     cols = _cols(saved[0], weight, spec)
                     _probe_hla(spec, gy3, cols, Wo, rows)
-                    cols, signs = _signed(spec, rows, cols)
+                    cols, signs = _signed(spec, rows, cols, weight=weight)
                     gy3, _ = _signed(spec, rows, gy3, signs)
                     gw = _weight_grad_dense(spec, gy3, cols, Wo, rows) * _unsigned_scale(signs)
                 gw = gw.reshape(weight.shape)

@@ -65,14 +65,17 @@ class HotConfig:
             :func:`hotcompile.calibrate`, a layer whose plan entry says ``hla=False`` runs its
             g_w path without the projection (INT8 of x and g_y only; the forward then saves
             INT8 x, twice ABC's bytes). ``hla=False`` turns HLA off everywhere, plan or not.
-        hla_signs: multiply x and g_y by the same random ±1 per token (per layer and step)
-            before HLA's projection and g_w by 2: HLA then estimates ``g_yᵀx`` without bias.
-            The paper's fixed low-pass is biased — it never sees the high-sequency part of
-            g_yᵀx — which is what breaks language models (byte LM, unquantized, 3 seeds:
-            low-pass +17.3%, with signs +0.5%, exact 0; ``tools/repros/hla_estimators_lm.py``).
-            Costs a multiply of x (forward) and of g_y (backward) and a ``[N, S]`` sign tensor
-            saved per layer. Off by default: for smooth image activations the low-pass is the
-            better approximation (tools/results/accuracy.md, variant ``hot_hla_signs``).
+        hla_signs: multiply x and g_y by the same pseudo-random ±1 per token (a hash of the
+            sample and position salted with the layer's weight, so new signs every optimizer
+            step) before HLA's projection, and g_w by 2: HLA then estimates ``g_yᵀx`` without
+            bias. The paper's fixed low-pass is biased — it never sees the high-sequency part
+            of g_yᵀx — and that bias is what breaks language models (byte LM, unquantized, 3
+            seeds: low-pass +17.3%, with random signs +0.5%; ``tools/repros/hla_estimators_lm.py``).
+            Costs a multiply of x (forward) and of g_y (backward) and an ``[N, S, 1]`` sign
+            tensor per layer. Off by default: on smooth image activations the low-pass is at
+            least as good (CPU study, 3 seeds, variant ``hot_hla_signs``: digits CNN 99.01 vs
+            99.26, ViT 94.69 vs 94.88 — within the seeds' spread — byte LM +0.53% vs +17.3%),
+            and it has not run on a GPU yet. Turn it on for language models.
         hla_threshold: the HLA choice of :func:`hotcompile.calibrate`: per layer it measures
             ``e_hla = ‖g_yᵀΠx − g_yᵀx‖/‖g_yᵀx‖`` (Π: HLA's projection along L) on the real
             g_y and x of its calibration backward and keeps HLA iff ``e_hla <= hla_threshold``.

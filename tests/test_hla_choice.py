@@ -243,8 +243,8 @@ def _gw_of(spec, x, gy, w):
 def test_hla_signs_makes_the_weight_gradient_unbiased(abc):
     """``hla_signs``: the mean over steps of HLA's g_w is the exact ``g_yᵀx`` (the low-pass
     alone keeps about half of it on white-noise tokens) — with ABC's saved codes and without.
-    The signs are a hash of the data: each "step" here nudges the batch's first value (the
-    hash's salt), which redraws every sign while g_yᵀx stays put."""
+    The signs are a hash salted with the layer's weight: each "step" here nudges the first
+    weight (as an optimizer step would), which redraws every sign while g_yᵀx stays put."""
     from hotcompile.autograd import LayerSpec
 
     g = torch.Generator().manual_seed(0)
@@ -255,9 +255,9 @@ def test_hla_signs_makes_the_weight_gradient_unbiased(abc):
     signed = LayerSpec("l", gx_bits=None, gw_bits=None, abc=abc, hla_signs=True)
     total = torch.zeros_like(exact)
     for k in range(2000):
-        xk = x.clone()
-        xk[0, 0, 0] += k * 1e-6  # a new salt: new signs everywhere
-        total += _gw_of(signed, xk, gy, w)
+        wk = w.clone()
+        wk[0, 0] += k * 1e-6  # a new salt: new signs everywhere
+        total += _gw_of(signed, x, gy, wk)
     assert rel(total / 2000, exact) < 0.08
     low = _gw_of(base, x, gy, w)
     assert 0.3 < float((low * exact).sum() / (exact * exact).sum()) < 0.7
@@ -267,8 +267,9 @@ def test_hla_signs_makes_the_weight_gradient_unbiased(abc):
 
 def test_hla_signs_compile_without_random_ops_and_save_no_more():
     """Compiled (aot_eager, INT8 codes): no random op in the forward or backward graph (the
-    signs are a hash of the data, so wherever the partitioner places or recomputes them, x and
-    g_y get the same), no more saved bytes than without signs, and the step trains."""
+    signs are a hash of the layer's weight, a graph input, so wherever the partitioner places
+    or recomputes them, x and g_y get the same), no more saved bytes than without signs, and
+    the step trains."""
     from hotcompile.graphdiff import diff
 
     def mlp():
@@ -291,3 +292,21 @@ def test_hla_signs_compile_without_random_ops_and_save_no_more():
     assert saved[True] <= saved[False]
     with pytest.raises(HotConfigError, match="hla_signs"):
         HotConfig.from_options({"hla_signs": "yes"})
+
+
+def test_hla_signs_under_inductor_match_aot_eager():
+    """Inductor's generated code computes the same sign hash (integer ops) as the decomposed
+    graph: the same weight gradients as the aot_eager pipeline, to float rounding. Exact g_x
+    and unquantized HLA, so that only the signs could make them differ (one differing sign
+    changes g_w by far more than rounding; quantized paths differ by flipped codes anyway)."""
+    x = torch.randn(2, 64, 32)
+    grads = {}
+    for compiler in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 48), nn.GELU(), nn.Linear(48, 32))
+        opts = {"compiler": compiler, "hla_signs": True, "gx_bits": None, "gw_bits": None}
+        torch.compile(m, backend="hot", options=opts)(x).square().mean().backward()
+        grads[compiler] = [p.grad for p in m.parameters()]
+    for a, b in zip(grads["aot_eager"], grads["inductor"]):
+        assert rel(b, a) < 1e-5
