@@ -149,45 +149,46 @@ def _hash_signs(t3: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return 1 - 2 * ((h >> 7) & 1).to(t3.dtype)
 
 
-def _signed(
-    spec: LayerSpec,
-    rows,
-    t3: torch.Tensor,
-    signs: torch.Tensor | None = None,
-    weight: torch.Tensor | None = None,
-):
-    """``(t3 · D, D)`` with D pseudo-random ±1 per sample and position (:func:`_hash_signs`
-    of the layer's ``weight`` unless ``signs`` is given) when the layer runs HLA with
-    ``hla_signs``, else ``(t3, None)``: the same D on x and g_y makes ``2·g_yᵀ D Π D x`` an
+def _signs(spec: LayerSpec, rows, x3: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
+    """HLA's signs D (:func:`_hash_signs` of the layer's ``weight``) when the layer runs HLA
+    with ``hla_signs``, else None: the same D on x and g_y makes ``2·g_yᵀ D Π D x`` an
     unbiased estimate of ``g_yᵀ x`` over steps (``HotConfig.hla_signs``)."""
-    if not (spec.hla_signs and rows):
-        return t3, None
-    if signs is None:
-        signs = _hash_signs(t3, weight)
-    return t3 * signs.to(t3.dtype), signs
+    return _hash_signs(x3, weight) if spec.hla_signs and rows else None
 
 
-def _unsigned_scale(signs: torch.Tensor | None) -> float:
-    """The factor that makes the signed HLA unbiased: ``E[D Π D] = (r/n)·I = ½·I``."""
-    return 1.0 if signs is None else 2.0
+def _unbiased(gw: torch.Tensor, signs: torch.Tensor | None) -> torch.Tensor:
+    """g_w of the signed HLA times 2, since ``E[D Π D] = (r/n)·I = ½·I``; as is without signs."""
+    return gw if signs is None else gw * 2
 
 
-def _compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows) -> tuple[torch.Tensor, ...]:
-    """What the forward saves for the weight gradient (ABC), given ``x3: [N, S, D]``."""
+def _compress(
+    spec: LayerSpec, x3: torch.Tensor, grid_w, rows, weight: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """What the forward saves for the weight gradient (ABC), given ``x3: [N, S, D]``; with
+    ``hla_signs`` x3 is signed first and the signs come last (:func:`_weight_grad` takes them)."""
+    signs = _signs(spec, rows, x3, weight)
+    if signs is not None:
+        x3 = x3 * signs
     if spec.gw_bits is None:  # HLA without quantization: keep T x in float32
-        return (hla_transform(x3, grid_w, tuple(rows), spec.block),)
-    return tuple(
-        ops.abc_compress(x3, grid_w, list(rows), spec.block, spec.gw_bits, spec.gw_rounding)
-    )
+        out: tuple[torch.Tensor, ...] = (hla_transform(x3, grid_w, tuple(rows), spec.block),)
+    else:
+        out = tuple(
+            ops.abc_compress(x3, grid_w, list(rows), spec.block, spec.gw_bits, spec.gw_rounding)
+        )
+    return out if signs is None else (*out, signs)
 
 
 def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> torch.Tensor:
-    """HLA g_w ``[O, D]`` (float32) from ``gy3: [N, S, O]`` and the saved compression."""
+    """HLA g_w ``[O, D]`` (float32) from ``gy3: [N, S, O]`` and what :func:`_compress` saved."""
+    signs = None
+    if spec.hla_signs and rows:
+        *saved, signs = saved
+        gy3 = gy3 * signs.to(gy3.dtype)
     if spec.gw_bits is None:
         g_t = hla_transform(gy3, grid_w, tuple(rows), spec.block)
-        return g_t.t() @ saved[0] / spec.block
+        return _unbiased(g_t.t() @ saved[0] / spec.block, signs)
     xq, sx = saved
-    return ops.hla_grad_weight(
+    gw = ops.hla_grad_weight(
         gy3,
         xq,
         sx,
@@ -199,13 +200,19 @@ def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> tor
         spec.name,
         spec.check,
     )
+    return _unbiased(gw, signs)
 
 
-def _weight_grad_dense(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, grid_w, rows):
+def _weight_grad_dense(
+    spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, grid_w, rows, weight: torch.Tensor
+):
     """HOT's g_w from the full-precision activation (ABC off): x is what the forward saved."""
     if spec.gw_bits is None:
-        return _weight_grad(spec, gy3, _compress(spec, x3, grid_w, rows), grid_w, rows)
-    return ops.hla_grad_weight_dense(
+        return _weight_grad(spec, gy3, _compress(spec, x3, grid_w, rows, weight), grid_w, rows)
+    signs = _signs(spec, rows, x3, weight)
+    if signs is not None:
+        x3, gy3 = x3 * signs, gy3 * signs.to(gy3.dtype)
+    gw = ops.hla_grad_weight_dense(
         gy3,
         x3,
         grid_w,
@@ -216,6 +223,7 @@ def _weight_grad_dense(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, gri
         spec.name,
         spec.check,
     )
+    return _unbiased(gw, signs)
 
 
 def _probe_hla(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, grid_w, rows) -> None:
@@ -249,10 +257,7 @@ class HotLinearFunction(torch.autograd.Function):
             else:
                 x3, ctx.grid_w, ctx.rows = _linear_geometry(spec, x)
                 ctx.x3_ns = x3.shape[:2]
-                x3, signs = _signed(spec, ctx.rows, x3, weight=weight)
-                saved.extend(_compress(spec, x3, ctx.grid_w, ctx.rows))
-                if signs is not None:
-                    saved.append(signs)
+                saved.extend(_compress(spec, x3, ctx.grid_w, ctx.rows, weight))
         ctx.save_for_backward(*saved)
         return y
 
@@ -273,15 +278,10 @@ class HotLinearFunction(torch.autograd.Function):
                 x3, grid_w, rows = _linear_geometry(spec, saved[0])
                 gy3 = gy.reshape(x3.shape[0], x3.shape[1], O)
                 _probe_hla(spec, gy3, x3, grid_w, rows)
-                x3, signs = _signed(spec, rows, x3, weight=weight)
-                gy3, _ = _signed(spec, rows, gy3, signs)
-                gw = _weight_grad_dense(spec, gy3, x3, grid_w, rows) * _unsigned_scale(signs)
+                gw = _weight_grad_dense(spec, gy3, x3, grid_w, rows, weight)
             else:
                 gy3 = gy.reshape(ctx.x3_ns[0], ctx.x3_ns[1], O)
-                signs = saved.pop() if spec.hla_signs and ctx.rows else None
-                gy3, _ = _signed(spec, ctx.rows, gy3, signs)
                 gw = _weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
-                gw = gw * _unsigned_scale(signs)
             gw = gw.to(weight.dtype)
         if ctx.needs_input_grad[2]:
             gb = gy2.sum(0).to(ctx.b_dtype)
@@ -313,10 +313,8 @@ class HotConv2dFunction(torch.autograd.Function):
                 saved.append(x)
             else:
                 ctx.rows = spec.hla_rows
-                cols, signs = _signed(spec, ctx.rows, _cols(x, weight, spec), weight=weight)
-                saved.extend(_compress(spec, cols, y.shape[-1], ctx.rows))
-                if signs is not None:
-                    saved.append(signs)
+                cols = _cols(x, weight, spec)
+                saved.extend(_compress(spec, cols, y.shape[-1], ctx.rows, weight))
         ctx.save_for_backward(*saved)
         return y
 
@@ -348,17 +346,12 @@ class HotConv2dFunction(torch.autograd.Function):
                 )
             else:
                 gy3 = gy.permute(0, 2, 3, 1).reshape(N, Ho * Wo, O)
-                rows = spec.hla_rows
                 if spec.abc:
-                    signs = saved.pop() if spec.hla_signs and rows else None
-                    gy3, _ = _signed(spec, rows, gy3, signs)
-                    gw = _weight_grad(spec, gy3, saved, Wo, rows) * _unsigned_scale(signs)
+                    gw = _weight_grad(spec, gy3, saved, Wo, spec.hla_rows)
                 else:
                     cols = _cols(saved[0], weight, spec)
-                    _probe_hla(spec, gy3, cols, Wo, rows)
-                    cols, signs = _signed(spec, rows, cols, weight=weight)
-                    gy3, _ = _signed(spec, rows, gy3, signs)
-                    gw = _weight_grad_dense(spec, gy3, cols, Wo, rows) * _unsigned_scale(signs)
+                    _probe_hla(spec, gy3, cols, Wo, spec.hla_rows)
+                    gw = _weight_grad_dense(spec, gy3, cols, Wo, spec.hla_rows, weight)
                 gw = gw.reshape(weight.shape)
             gw = gw.to(weight.dtype)
         if ctx.needs_input_grad[2]:

@@ -165,11 +165,11 @@ def tag_abc_recompute(graph: fx.Graph, mode: str = "unary") -> list[str]:
         region = _region(node.args[0], elementwise=mode == "unary")
         if region is None:
             continue
-        nodes, leaves = region
+        inside, leaves = region
         skip = {node, *node.users}
-        if not all(_read_by_backward(leaf, fw, set(nodes), skip) for leaf in leaves):
+        if not all(_read_by_backward(leaf, fw, set(inside), skip) for leaf in leaves):
             continue
-        for n in [*nodes, node, *node.users]:  # the users: the getitems of codes and scale
+        for n in [*inside, node, *node.users]:  # the users: the getitems of codes and scale
             n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         tagged.append(node.name)
     return tagged

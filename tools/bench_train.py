@@ -241,14 +241,13 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
 #: the inductor mode of the plain variants (``torch.compile(model, mode=...)``)
 PLAIN_MODES: dict[str, str | None] = {"inductor": None, "inductor_cg": "reduce-overhead"}
 
-#: the plain variant a hot variant's targets are judged against (default: ``inductor``):
-#: CUDA graphs on both sides, or on neither
-BASELINE: dict[str, str] = {v: "inductor_cg" for v in ("hot_cg", "hot_unary_cg", "hot_views_cg")}
-
 
 def baseline_of(variant: str) -> str:
-    """The plain variant whose run ``variant``'s ratios and targets are taken against."""
-    return BASELINE.get(variant, "inductor")
+    """The plain variant whose run ``variant``'s ratios and targets are taken against: CUDA
+    graphs on both sides (a hot variant with ``mode="reduce-overhead"`` → ``inductor_cg``),
+    or on neither (``inductor``, also for the plain variants themselves)."""
+    hot_with_graphs = VARIANTS[variant] is not None and uses_cudagraphs(variant)
+    return "inductor_cg" if hot_with_graphs else "inductor"
 
 
 VARIANT_NOTES: dict[str, str] = {
