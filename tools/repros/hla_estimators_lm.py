@@ -23,6 +23,7 @@ compiled graph's constant row list cannot take).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import pathlib
 import sys
@@ -149,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ref = sum(exact) / len(exact) if exact else None
     lines = [
         f"# g_w estimators on the byte LM (tools/repros/hla_estimators_lm.py), torch "
-        f"{torch.__version__}, CPU, {a.steps} steps, seeds {a.seeds}",
+        f"{torch.__version__}, {accuracy._cpu_model()}, {datetime.date.today().isoformat()}, "
+        f"{a.steps} steps, seeds {a.seeds}",
         "",
         "| estimator | val loss (mean) | per seed | vs exact |",
         "|---|---|---|---|",
