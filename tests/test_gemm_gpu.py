@@ -70,6 +70,24 @@ def test_fp8_int4_grid_products_are_exact(M, N, K):
         assert torch.equal(out, exact * sa[:, None] * sb[None, :]), config
 
 
+@pytest.mark.skipif(not FP8, reason="FP8 needs sm_89+")
+@pytest.mark.parametrize("K", [4096, 14336])
+def test_fp8_int4_grid_sums_stay_exact_at_llm_depth(K):
+    """The LLM layers' g_x has K = 14336: sums of INT4-grid products up to 49·K ≈ 7·10^5 need
+    20 bits. Same-sign codes make every partial sum large, so an accumulator that keeps fewer
+    bits than fp32 (Hopper's FP8 MMA without promotion) loses the low ones. The default
+    (``precise=True``) promotes once per K tile and stays exact."""
+    g = torch.Generator().manual_seed(K)
+    a = torch.randint(4, 8, (128, K), generator=g, dtype=torch.int8)
+    b = torch.randint(4, 8, (64, K), generator=g, dtype=torch.int8)
+    exact = (a.long() @ b.long().t()).float().cuda()
+    a8, b8 = a.float().to(torch.float8_e4m3fn).cuda(), b.float().to(torch.float8_e4m3fn).cuda()
+    one = torch.ones(1, device="cuda")
+    for config in range(len(gemm_triton.TILES)):
+        out = gemm_triton.scaled_gemm(a8, b8, one, None, torch.float32, config=config)
+        assert torch.equal(out, exact), (config, (out - exact).abs().max().item())
+
+
 def test_rejects_what_it_cannot_take():
     a = torch.zeros(16, 32, dtype=torch.int8, device="cuda")
     with pytest.raises(ValueError, match="K-major"):

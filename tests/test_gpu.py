@@ -197,3 +197,34 @@ def test_fp8_weight_gradient_on_cuda_matches_the_cpu_reference():
     # Hopper's FP8 MMA accumulates with fewer bits than float32 (tests/test_kernels_hla_gpu.py
     # ::test_fp8_hla_grad_weight_matches_reference measured up to 2.7e-4): norm-relative bound
     assert rel(out["cuda"][2], out["cpu"][2]) < 2e-3
+
+
+def test_hla_signs_on_cuda_inductor_match_cpu_aot_eager():
+    """``hla_signs=True`` compiled by inductor on CUDA gives the weight gradients of the CPU
+    aot_eager pipeline: the sign hash is integer arithmetic, so both devices and both
+    compilers draw the same signs (unquantized paths, so only the signs could make them
+    differ — one flipped sign moves g_w far more than float rounding). Then the fused path
+    (INT4 g_x, INT8 HLA) with signs trains a bf16 step to finite gradients."""
+    from torch import nn
+
+    x = torch.randn(2, 64, 32)
+    grads = {}
+    for compiler, dev in (("aot_eager", "cpu"), ("inductor", "cuda")):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 48), nn.GELU(), nn.Linear(48, 32))
+        m = m.to(dev)
+        opts = {"compiler": compiler, "hla_signs": True, "gx_bits": None, "gw_bits": None}
+        torch.compile(m, backend="hot", options=opts)(x.to(dev)).square().mean().backward()
+        grads[dev] = [p.grad.cpu() for p in m.parameters()]
+    for a, b in zip(grads["cpu"], grads["cuda"]):
+        assert rel(b, a) < 1e-4
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = MLPBlock(256, 1024).cuda()
+    c = torch.compile(m, backend="hot", options={"hla_signs": True})
+    for _ in range(2):
+        m.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            c(torch.randn(8, 128, 256, device="cuda")).float().pow(2).mean().backward()
+    assert all(p.grad.isfinite().all() and p.grad.abs().sum() > 0 for p in m.parameters())

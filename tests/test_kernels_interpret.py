@@ -67,7 +67,7 @@ CHECK = textwrap.dedent("""
                 n += 1
                 bad += not (torch.equal(c.t().to(torch.int8), rc) and ok_s)
     # the scaled GEMM (int8, exact int32 accumulation; dequantization in the epilogue)
-    from hotcompile.kernels.gemm_triton import scaled_gemm
+    from hotcompile.kernels.gemm_triton import TILES, scaled_gemm
     for M, N, K in [(37, 24, 200), (20, 40, 64)]:
         a = torch.randint(-127, 128, (M, K), dtype=torch.int8)
         b = torch.randint(-127, 128, (N, K), dtype=torch.int8)
@@ -79,6 +79,15 @@ CHECK = textwrap.dedent("""
         got = acc.clone()
         scaled_gemm(a, b, sa[:1], None, out=got, config=4)
         bad += not torch.equal(got, acc + exact * sa[:1])
+        # e4m3 INT4-grid codes, with and without promoting partial sums (every tile's BLOCK_K)
+        a8 = a.clamp(-7, 7).float().to(torch.float8_e4m3fn)
+        b8 = b.clamp(-7, 7).float().to(torch.float8_e4m3fn)
+        ex8 = a8.float() @ b8.float().t()
+        for config in range(len(TILES)):
+            for precise in (True, False):
+                n += 1
+                out = scaled_gemm(a8, b8, sa, None, config=config, precise=precise)
+                bad += not torch.equal(out, ex8 * sa[:, None])
     print(f"{n - bad}/{n}")
 """)
 

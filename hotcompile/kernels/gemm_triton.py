@@ -42,8 +42,8 @@ def _config(t: tuple[int, int, int, int, int]) -> triton.Config:
 def _scaled_gemm_kernel(
     a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_am, stride_bn, stride_cm,
     SA_VEC: tl.constexpr, SB_VEC: tl.constexpr, HAS_SB: tl.constexpr, ACCUM: tl.constexpr,
-    IS_INT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    IS_INT: tl.constexpr, PRECISE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
@@ -77,6 +77,11 @@ def _scaled_gemm_kernel(
         # b is [BLOCK_N, BLOCK_K] K-major: its transpose is what wgmma reads for 8-bit types
         if IS_INT:
             acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
+        elif PRECISE:
+            # promote the tensor cores' partial sum into the fp32 accumulator once per K tile
+            # (Hopper's FP8 MMA accumulates with fewer mantissa bits than fp32; Triton's sm_90
+            # default never promotes — see docs/kernels.md, "FP8 accumulation on Hopper")
+            acc = tl.dot(a, tl.trans(b), acc, max_num_imprecise_acc=BLOCK_K)
         else:
             acc = tl.dot(a, tl.trans(b), acc)
         a_ptrs += BLOCK_K
@@ -100,9 +105,9 @@ def _scaled_gemm_kernel(
     tl.store(c_ptrs, out.to(c_ptr.dtype.element_ty), mask=cmask)
 
 
-_tuned = triton.autotune(configs=[_config(t) for t in TILES], key=["M", "N", "K", "IS_INT"])(
-    _scaled_gemm_kernel
-)
+_tuned = triton.autotune(
+    configs=[_config(t) for t in TILES], key=["M", "N", "K", "IS_INT", "PRECISE"]
+)(_scaled_gemm_kernel)
 
 
 def supported(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -128,6 +133,7 @@ def scaled_gemm(
     out_dtype: torch.dtype = torch.float32,
     out: torch.Tensor | None = None,
     config: int | None = None,
+    precise: bool = True,
 ) -> torch.Tensor:
     """``(a·bᵀ).float() · scale_a · scale_b`` in ``out_dtype``; added into ``out`` if given.
 
@@ -135,6 +141,9 @@ def scaled_gemm(
     ``scale_a``: float32 ``[M]`` (per row) or one element; ``scale_b``: float32 ``[N]`` (per
     column), one element, or None. ``config``: an index into ``TILES`` (fixed tiles), or
     None to autotune on the first call per shape (not while a CUDA graph is being captured).
+    ``precise`` (FP8 only): promote the tensor cores' partial sums into fp32 once per K tile,
+    as CUTLASS's non-FastAccum schedules do, so INT4-grid products sum exactly at any K;
+    ``False`` is Triton's sm_90 default (the MMA's narrower accumulator over all of K).
     Raises ``ValueError`` for operands it does not take
     (check :func:`supported` first).
     """
@@ -167,6 +176,7 @@ def scaled_gemm(
     kernel[grid](
         a, b, out, sa, sb, M, N, K, a.stride(0), b.stride(0), out.stride(0),
         SA_VEC=sa.numel() > 1, SB_VEC=sb.numel() > 1, HAS_SB=scale_b is not None,
-        ACCUM=accumulate, IS_INT=a.dtype == torch.int8, **meta,
+        ACCUM=accumulate, IS_INT=a.dtype == torch.int8,
+        PRECISE=bool(precise) and a.dtype != torch.int8, **meta,
     )  # fmt: skip
     return out
