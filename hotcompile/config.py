@@ -71,11 +71,14 @@ class HotConfig:
             bias. The paper's fixed low-pass is biased — it never sees the high-sequency part
             of g_yᵀx — and that bias is what breaks language models (byte LM, unquantized, 3
             seeds: low-pass +17.3%, with random signs +0.5%; ``tools/repros/hla_estimators_lm.py``).
-            Costs a multiply of x (forward) and of g_y (backward) and an ``[N, S, 1]`` sign
-            tensor per layer. Off by default: on smooth image activations the low-pass is at
-            least as good (CPU study, 3 seeds, variant ``hot_hla_signs``: digits CNN 99.01 vs
-            99.26, ViT 94.69 vs 94.88 — within the seeds' spread — byte LM +0.53% vs +17.3%),
-            and it has not run on a GPU yet. Turn it on for language models.
+            Costs a multiply of x (forward) and of g_y (backward) per layer. ``"auto"``
+            (default): signs on the layers whose input is computed from a token embedding (an
+            embedding lookup of an integer graph input: text), the low-pass elsewhere (image
+            patches and feature maps, where it is at least as good: CPU study, variant
+            ``hot_hla_signs``). A graph that starts after a graph break cannot see the
+            embedding: pass ``True`` for a language model whose graph breaks. ``True`` /
+            ``False``: signs on every HLA layer / on none (the paper). The plan table's g_w
+            column says ``HLA r=8 signs`` where they are on.
         hla_threshold: the HLA choice of :func:`hotcompile.calibrate`: per layer it measures
             ``e_hla = ‖g_yᵀΠx − g_yᵀx‖/‖g_yᵀx‖`` (Π: HLA's projection along L) on the real
             g_y and x of its calibration backward and keeps HLA iff ``e_hla <= hla_threshold``.
@@ -153,7 +156,7 @@ class HotConfig:
     gw_bits: int | None = 8
     gw_format: str = "int8"
     hla: bool = True
-    hla_signs: bool = False
+    hla_signs: bool | str = "auto"
     hla_threshold: float | None = 0.6
     gx_scaling: str = "lqs"
     lqs_calibration_steps: int = 1
@@ -192,9 +195,11 @@ class HotConfig:
         for name in ("gx_bits", "gw_bits"):
             if getattr(self, name) not in (4, 8, None):
                 raise bad(name, getattr(self, name), "4, 8 or None (no quantization)")
-        for name in ("hla", "hla_signs", "abc", "exact", "hadamard"):
+        for name in ("hla", "abc", "exact", "hadamard"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, getattr(self, name), "True or False")
+        if not isinstance(self.hla_signs, bool) and self.hla_signs != "auto":
+            raise bad("hla_signs", self.hla_signs, "'auto', True or False")
         choice("gx_scaling", GX_SCALINGS)
         choice("rounding", ROUNDINGS)
         choice("gw_format", GW_FORMATS)

@@ -30,6 +30,8 @@ log = logging.getLogger("hotcompile")
 
 LINEAR_TARGETS = (torch._C._nn.linear, F.linear)
 CONV2D_TARGETS = (torch.conv2d, F.conv2d)
+#: embedding lookups: (target, position of the indices argument)
+EMBEDDING_TARGETS = {F.embedding: 0, torch.embedding: 1}
 #: ops HOT leaves alone on purpose, with the reason reported to the user.
 UNSUPPORTED_TARGETS: dict[Any, str] = {
     torch.conv1d: "conv1d is not supported yet (only conv2d)",
@@ -115,6 +117,7 @@ class LayerPlan:
                 if s.gw_exact
                 else (
                     f"{'HLA r=' + str(len(s.hla_rows)) + ' ' if s.hla_rows else ''}"
+                    f"{'signs ' if s.hla_rows and s.hla_signs else ''}"
                     f"{'INT' + str(s.gw_bits) if s.gw_bits else 'fp32'}"
                 )
             )
@@ -168,6 +171,50 @@ def _meta(value: Any) -> torch.Tensor | None:
         v = value.meta.get("example_value", value.meta.get("val"))
         return v if isinstance(v, torch.Tensor) else None
     return value if isinstance(value, torch.Tensor) else None
+
+
+def _from_discrete_input(node: torch.fx.Node) -> bool:
+    """``node`` is computed from an integer graph input (token ids), not only from values built
+    inside the graph (``arange`` positions) or from parameters."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            v = _meta(n)
+            if v is not None and not (
+                v.is_floating_point() or v.is_complex() or v.dtype == torch.bool
+            ):
+                return True
+        stack.extend(n.all_input_nodes)
+    return False
+
+
+def token_sequence_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The nodes computed from a token embedding: an embedding lookup whose indices come from
+    an integer input of the graph, and everything downstream of it.
+
+    Why: HLA's fixed low-pass assumes that neighbouring tokens along L are alike (4x4 image
+    patches). Tokens looked up one by one from an embedding table (text) are not, and the
+    low-pass then drops a large part of g_w *systematically* (byte LM: +17% loss; 32 M-param LM
+    on an H100: +87%). ``hla_signs="auto"`` gives exactly these layers HLA's random signs, which
+    make the estimate unbiased. One pass in graph order suffices (FX graphs are topologically
+    sorted). A graph that starts after a graph break cannot see the embedding.
+    """
+    marked: set[torch.fx.Node] = set()
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in EMBEDDING_TARGETS:
+            indices = _arg(
+                n, EMBEDDING_TARGETS[n.target], "input" if n.target is F.embedding else "indices"
+            )
+            if isinstance(indices, torch.fx.Node) and _from_discrete_input(indices):
+                marked.add(n)
+                continue
+        if any(i in marked for i in n.all_input_nodes):
+            marked.add(n)
+    return marked
 
 
 def _conv_padding(padding: Any, weight: torch.Tensor, dilation: tuple[int, int], stride):
@@ -236,10 +283,18 @@ def _lqs_key(
 
 
 def _spec(
-    config: HotConfig, name: str, kind: str, scaling: str, key: str, hla: bool, **conv: Any
+    config: HotConfig,
+    name: str,
+    kind: str,
+    scaling: str,
+    key: str,
+    hla: bool,
+    signs: bool = False,
+    **conv: Any,
 ) -> LayerSpec:
     """The layer's spec; ``hla``: this layer runs HLA (config.hla and not turned off by the
-    plan). Without HLA the g_w path quantizes x and g_y only (``hla_rows`` empty)."""
+    plan). Without HLA the g_w path quantizes x and g_y only (``hla_rows`` empty). ``signs``:
+    HLA with random signs (``config.hla_signs``, resolved for this layer)."""
     return LayerSpec(
         name=name,
         kind=kind,
@@ -254,7 +309,7 @@ def _spec(
         block=config.block_size,
         rounding=config.rounding,
         abc=config.abc,
-        hla_signs=config.hla_signs,
+        hla_signs=signs,
         hla_2d=config.hla_2d,
         exact=config.exact,
         check=config.check_nonfinite == "once",
@@ -314,6 +369,7 @@ def rewrite(
     (ABC off) and measure HLA's g_w error in their backward, for the plan's HLA choice.
     """
     weights = _weight_objects(gm, example_inputs)
+    tokens = token_sequence_nodes(gm) if config.hla_signs == "auto" else set()
     plans: list[LayerPlan] = []
     seen: dict[str, int] = {}
     for node in list(gm.graph.nodes):
@@ -377,7 +433,8 @@ def rewrite(
         hla_plan = _hla_plan(config, name)
         key = _lqs_key(config, name, weights.get(w_node, gm), scaling, probe_hla)
         use_hla = config.hla and (hla_plan is None or hla_plan[0])
-        spec = _spec(config, name, kind, scaling, key, use_hla, **conv)
+        signs = config.hla_signs is True or x_node in tokens
+        spec = _spec(config, name, kind, scaling, key, use_hla, signs, **conv)
         if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
             # one row per sample: no token dimension to low-pass, INT8 quantization only
             spec = dataclasses.replace(spec, hla_rows=())

@@ -133,21 +133,9 @@ def test_reduce_overhead_cuda_graphs(opts):
 
 def _gpt2_grads(options: dict | None, repeats: int = 1) -> list[dict[str, torch.Tensor]]:
     """Gradients of a small GPT-2 (2 blocks, 64 wide, the tied 50257-wide head) on one fixed
-    batch, compiled with inductor: plain (``options=None``) or ``backend="hot"``."""
-    bench = load_tool("bench_train.py")
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    m = bench.WithLoss(bench.GPT2(ctx=128, dim=64, depth=2, heads=4)).cuda()
-    c = torch.compile(m) if options is None else torch.compile(m, backend="hot", options=options)
-    g = torch.Generator().manual_seed(0)
-    tok = torch.randint(50257, (2, 129), generator=g).cuda()
-    out = []
-    for _ in range(repeats):
-        m.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            c(tok[:, :-1], tok[:, 1:]).backward()
-        out.append({n: p.grad.float().clone() for n, p in m.named_parameters()})
-    return out
+    batch, compiled with inductor: plain (``options=None``) or ``backend="hot"`` — the
+    function of ``tools/repros/int8_head_check.py``, which prints what this test asserts."""
+    return load_tool("repros/int8_head_check.py").grads(options, repeats)
 
 
 def test_gpt2_tied_head_gradients_under_inductor_cuda():

@@ -310,3 +310,40 @@ def test_hla_signs_under_inductor_match_aot_eager():
         grads[compiler] = [p.grad for p in m.parameters()]
     for a, b in zip(grads["aot_eager"], grads["inductor"]):
         assert rel(b, a) < 1e-5
+
+
+class _Tokens(nn.Module):
+    """A tiny LM trunk (token and arange-position embeddings) beside an image-like branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(256, 32), nn.Embedding(64, 32)
+        self.text = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 48), nn.GELU())
+        self.head = nn.Linear(48, 32)
+        self.patch = nn.Linear(32, 32)  # sees only float input and arange positions
+
+    def forward(self, ids: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
+        positions = self.pos(torch.arange(ids.shape[1]))
+        text = self.head(self.text(self.tok(ids) + positions))
+        return text.sum() + self.patch(patches + positions).sum()
+
+
+@pytest.mark.parametrize("setting", ["auto", True, False])
+def test_hla_signs_auto_picks_the_layers_fed_by_a_token_embedding(setting):
+    """``hla_signs="auto"`` (the default): signs exactly on the layers downstream of an
+    embedding lookup of integer graph inputs (text tokens, where the low-pass's bias broke the
+    LMs); not on a layer that sees only float input plus positions built in the graph by
+    ``arange``. True / False: every HLA layer / none. The plan table says which."""
+    hotcompile.clear_plans()
+    torch._dynamo.reset()
+    m = _Tokens()
+    c = torch.compile(m, backend="hot", options={**AOT, "hla_signs": setting})
+    c(torch.randint(256, (2, 64)), torch.randn(2, 64, 32)).backward()
+    got = {p.name: p.spec.hla_signs for p in hotcompile.plans()}
+    want = {"text.1": True, "head": True, "patch": False} if setting == "auto" else None
+    assert got == (want or dict.fromkeys(got, setting)), got
+    assert set(got) == {"text.1", "head", "patch"}
+    gw = {p.name: p.describe()["g_w"] for p in hotcompile.plans()}
+    assert all(("signs" in gw[n]) == got[n] for n in got), gw
+    assert all(p.grad is not None and p.grad.isfinite().all() for p in m.parameters())
+    assert HotConfig().hla_signs == "auto"

@@ -79,6 +79,8 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "fp32": None,
     "bf16": None,
     "hot": {},
+    # the paper's fixed low-pass HLA on every layer (the default before hla_signs="auto")
+    "hot_lowpass": {"hla_signs": False},
     "hot_no_lqs": {"gx_scaling": "per_tensor"},
     "hot_exact_gw": {"hla": False, "gw_bits": None},
     "hot_no_hla": {"hla": False},  # INT8 g_w without HLA's projection
@@ -92,9 +94,10 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_fp8_no_hla": {"gw_format": "fp8", "hla": False},
     # HLA keeping the 1-D low-pass rows (sequency 0-7) instead of the 2-D L1 set: a block of
     # 16 consecutive tokens read as a sequence, not as a 4x4 patch (hot-method.md's option)
-    "hot_seq_rows": {"hla_rows": "sequency"},
-    # HLA made unbiased: x and g_y multiplied by the same pseudo-random signs per token, g_w by
-    # 2 (tools/repros/hla_estimators_lm.py: the low-pass's bias is what breaks the LM)
+    "hot_seq_rows": {"hla_rows": "sequency", "hla_signs": False},
+    # HLA made unbiased on every layer: x and g_y multiplied by the same pseudo-random signs
+    # per token, g_w by 2 (tools/repros/hla_estimators_lm.py: the low-pass's bias is what
+    # breaks the LM). The default ("auto") does this only downstream of a token embedding.
     "hot_hla_signs": {"hla_signs": True},
 }
 
@@ -929,22 +932,23 @@ GPU_LM_TASK = "lm_gpu"
 #: variants of the GPU LM, all under bf16 autocast: plain compile is the reference
 GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     "bf16": None,
-    "hot": VARIANTS["hot"],
+    "hot": VARIANTS["hot"],  # defaults: HLA with signs here (token embedding upstream)
     "hot_exact_gw": VARIANTS["hot_exact_gw"],
-    # ablations (not in the default run): which part of HOT costs the LM at this scale
+    # ablations (not in the default run): which part of HOT costs the LM at this scale.
+    # Those with HLA pin hla_signs=False: they ran when the low-pass was the default.
+    "hot_lowpass": VARIANTS["hot_lowpass"],  # the paper's fixed low-pass HLA
     "hot_no_hla": VARIANTS["hot_no_hla"],  # INT8 g_w without the projection
-    "hot_int8_gx": {"gx_bits": 8},  # the g_x path at INT8 instead of INT4
-    "hot_exact_gx": {"gx_bits": None},  # g_w path only (HLA + INT8)
+    "hot_int8_gx": {"gx_bits": 8, "hla_signs": False},  # the g_x path at INT8 instead of INT4
+    "hot_exact_gx": {"gx_bits": None, "hla_signs": False},  # g_w path only (HLA + INT8)
     "naive_int4": VARIANTS["naive_int4"],
-    "hot_plan": VARIANTS["hot_plan"],  # calibrate's per-layer plan after a short FP32 pilot
+    # calibrate's per-layer plan after a short FP32 pilot
+    "hot_plan": {"hla_signs": False},
     # the plan with a stricter HLA threshold (the default 0.6 kept HLA on 8 of 41 layers at
     # e_hla 0.25-0.58 and cost ~24 points); INT8 on both paths, no HLA
-    "hot_plan_strict": {"hla_threshold": 0.2},
-    "hot_fp8_gw": VARIANTS["hot_fp8_gw"],  # FP8-e4m3 g_w codes instead of INT8
+    "hot_plan_strict": {"hla_threshold": 0.2, "hla_signs": False},
+    "hot_fp8_gw": {"gw_format": "fp8", "hla_signs": False},  # FP8-e4m3 g_w codes, low-pass
     "hot_int8_no_hla": {"gx_bits": 8, "hla": False},
-    # HLA made unbiased by per-token signs (issue 5; +0.5% on the CPU LM vs +17% low-pass)
-    "hot_hla_signs": VARIANTS["hot_hla_signs"],
-    "hot_exact_gx_hla_signs": {**VARIANTS["hot_hla_signs"], "gx_bits": None},
+    "hot_exact_gx_hla_signs": {"gx_bits": None, "hla_signs": True},  # g_w path only, signs
 }
 #: what a plain ``--gpu-lm`` runs (about 3 minutes on an H200); add the rest with --variants
 GPU_LM_DEFAULT = ("bf16", "hot", "hot_exact_gw")
