@@ -138,13 +138,18 @@ def _hash_signs(t3: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     w = weight.detach().reshape(-1)
     ends = torch.stack([w[0], w[-1]]).float().view(torch.int32).to(torch.int64) & _M32
     salt = (ends[0] * 0x27D4EB2F + ends[1] * 0x165667B1) & _M32
-    pos = torch.arange(t3.shape[1], device=t3.device).view(1, -1, 1)
-    smp = torch.arange(t3.shape[0], device=t3.device).view(-1, 1, 1)
-    h = (pos * 0x85EBCA6B + smp * 0xC2B2AE35 + salt) & _M32
+    # the token's index first (inductor folds arange arithmetic into an index expression,
+    # which Triton computes in int32: keep it small), then the salt, which no index folds
+    # into; every multiplier is below 2^31 (Triton rejects larger literals next to int32
+    # operands: seen on the H100) and every product of a 32-bit value by one fits int64
+    n, s = t3.shape[0], t3.shape[1]
+    token = torch.arange(n, device=t3.device).view(-1, 1, 1) * s
+    token = token + torch.arange(s, device=t3.device).view(1, -1, 1)
+    h = (token + salt) & _M32
+    h = h ^ (h >> 16)  # lowbias32 (a 32-bit integer hash with full avalanche)
+    h = (h * 0x21F0AAAD) & _M32
     h = h ^ (h >> 15)
-    h = (h * 0x2C1B3C6D) & _M32
-    h = h ^ (h >> 12)
-    h = (h * 0x297A2D39) & _M32
+    h = (h * 0x735A2D97) & _M32
     h = h ^ (h >> 15)
     return 1 - 2 * ((h >> 7) & 1).to(t3.dtype)
 
