@@ -161,9 +161,11 @@ def _signs(spec: LayerSpec, rows, x3: torch.Tensor, weight: torch.Tensor) -> tor
     return _hash_signs(x3, weight) if spec.hla_signs and rows else None
 
 
-def _unbiased(gw: torch.Tensor, signs: torch.Tensor | None) -> torch.Tensor:
-    """g_w of the signed HLA times 2, since ``E[D Π D] = (r/n)·I = ½·I``; as is without signs."""
-    return gw if signs is None else gw * 2
+def _unbiased(gw: torch.Tensor, signs: torch.Tensor | None, rows, block: int) -> torch.Tensor:
+    """g_w of the signed HLA times ``n/r``, since ``E[D Π D] = diag(Π) = (r/n)·I`` (Π projects
+    onto r of the n ±1 Walsh rows of each block: every diagonal entry is r/n; 2 at the
+    default r = 8 of 16); as is without signs."""
+    return gw if signs is None else gw * (block / len(rows))
 
 
 def _compress(
@@ -191,7 +193,7 @@ def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> tor
         gy3 = gy3 * signs.to(gy3.dtype)
     if spec.gw_bits is None:
         g_t = hla_transform(gy3, grid_w, tuple(rows), spec.block)
-        return _unbiased(g_t.t() @ saved[0] / spec.block, signs)
+        return _unbiased(g_t.t() @ saved[0] / spec.block, signs, rows, spec.block)
     xq, sx = saved
     gw = ops.hla_grad_weight(
         gy3,
@@ -205,7 +207,7 @@ def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> tor
         spec.name,
         spec.check,
     )
-    return _unbiased(gw, signs)
+    return _unbiased(gw, signs, rows, spec.block)
 
 
 def _weight_grad_dense(
@@ -228,7 +230,7 @@ def _weight_grad_dense(
         spec.name,
         spec.check,
     )
-    return _unbiased(gw, signs)
+    return _unbiased(gw, signs, rows, spec.block)
 
 
 def _probe_hla(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, grid_w, rows) -> None:
