@@ -236,6 +236,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_unary_cg": {"abc_recompute": "unary", "mode": "reduce-overhead"},
     "hot_views": {"abc_recompute": "views"},
     "hot_views_cg": {"abc_recompute": "views", "mode": "reduce-overhead"},
+    "hot_lowpass_cg": {"hla_signs": False, "mode": "reduce-overhead"},
 }
 
 #: the inductor mode of the plain variants (``torch.compile(model, mode=...)``)
@@ -267,6 +268,9 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_views": 'as hot, with abc_recompute="views" (the default until 2026-11-22: only '
     "view/copy chains recomputed)",
     "hot_views_cg": 'as hot_cg, with abc_recompute="views"; judged against inductor_cg',
+    "hot_lowpass_cg": 'as hot_cg, with hla_signs=False (the paper\'s low-pass HLA everywhere, '
+    "the default until 2026-11-22; the default signs only differ on layers fed by a token "
+    "embedding: the GPT-2's)",
 }
 
 
