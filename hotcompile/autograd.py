@@ -172,15 +172,17 @@ def _compress(
     spec: LayerSpec, x3: torch.Tensor, grid_w, rows, weight: torch.Tensor
 ) -> tuple[torch.Tensor, ...]:
     """What the forward saves for the weight gradient (ABC), given ``x3: [N, S, D]``; with
-    ``hla_signs`` x3 is signed first and the signs come last (:func:`_weight_grad` takes them)."""
+    ``hla_signs`` the compressed x is signed and the signs come last (:func:`_weight_grad`
+    takes them). The quantized ops multiply by the signs as they read (no signed copies)."""
     signs = _signs(spec, rows, x3, weight)
-    if signs is not None:
-        x3 = x3 * signs
     if spec.gw_bits is None:  # HLA without quantization: keep T x in float32
-        out: tuple[torch.Tensor, ...] = (hla_transform(x3, grid_w, tuple(rows), spec.block),)
+        xs = x3 if signs is None else x3 * signs
+        out: tuple[torch.Tensor, ...] = (hla_transform(xs, grid_w, tuple(rows), spec.block),)
     else:
         out = tuple(
-            ops.abc_compress(x3, grid_w, list(rows), spec.block, spec.gw_bits, spec.gw_rounding)
+            ops.abc_compress(
+                x3, grid_w, list(rows), spec.block, spec.gw_bits, spec.gw_rounding, signs
+            )
         )
     return out if signs is None else (*out, signs)
 
@@ -190,9 +192,9 @@ def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> tor
     signs = None
     if spec.hla_signs and rows:
         *saved, signs = saved
-        gy3 = gy3 * signs.to(gy3.dtype)
     if spec.gw_bits is None:
-        g_t = hla_transform(gy3, grid_w, tuple(rows), spec.block)
+        gs = gy3 if signs is None else gy3 * signs.to(gy3.dtype)
+        g_t = hla_transform(gs, grid_w, tuple(rows), spec.block)
         return _unbiased(g_t.t() @ saved[0] / spec.block, signs, rows, spec.block)
     xq, sx = saved
     gw = ops.hla_grad_weight(
@@ -206,6 +208,7 @@ def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> tor
         spec.gw_rounding,
         spec.name,
         spec.check,
+        signs,
     )
     return _unbiased(gw, signs, rows, spec.block)
 
@@ -217,8 +220,6 @@ def _weight_grad_dense(
     if spec.gw_bits is None:
         return _weight_grad(spec, gy3, _compress(spec, x3, grid_w, rows, weight), grid_w, rows)
     signs = _signs(spec, rows, x3, weight)
-    if signs is not None:
-        x3, gy3 = x3 * signs, gy3 * signs.to(gy3.dtype)
     gw = ops.hla_grad_weight_dense(
         gy3,
         x3,
@@ -229,6 +230,7 @@ def _weight_grad_dense(
         spec.gw_rounding,
         spec.name,
         spec.check,
+        signs,
     )
     return _unbiased(gw, signs, rows, spec.block)
 

@@ -131,7 +131,13 @@ def _(a, b):
 
 @_op
 def abc_compress(
-    x: torch.Tensor, grid_w: int, rows: list[int], block: int, bits: int, rounding: str
+    x: torch.Tensor,
+    grid_w: int,
+    rows: list[int],
+    block: int,
+    bits: int,
+    rounding: str,
+    signs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ABC: the forward's compressed activation ``Q(T x)`` for ``x: [N, S, D]``.
 
@@ -141,13 +147,26 @@ def abc_compress(
     The codes are column-major (strides ``(1, R)``): the weight-gradient GEMM
     ``g̃qᵀ·x̃q`` reduces over R, and the tensor-core GEMMs want both operands K-major, so the
     forward writes them that way once instead of the backward transposing them every step.
+
+    ``signs`` (``[N, S, 1]``, ±1; ``hla_signs``): compress ``x · signs`` instead; the CUDA
+    kernel multiplies as it loads, so no signed copy of x is made.
     """
+    x = _signed(x, signs)
     q, s = _quantize(_transform(x, grid_w, rows, block), bits, False, rounding, "maxabs")
     return q.t().contiguous().t(), s
 
 
+def _signed(x: torch.Tensor, signs: torch.Tensor | None) -> torch.Tensor:
+    """``x · signs`` (±1 per token: exact in any float dtype), or x."""
+    if signs is None:
+        return x
+    if signs.numel() != x.shape[0] * x.shape[1]:
+        raise ValueError(f"signs has {signs.numel()} elements for {x.shape[0]}x{x.shape[1]} tokens")
+    return x * signs.reshape(x.shape[0], x.shape[1], 1).to(x.dtype)
+
+
 @abc_compress.register_fake
-def _(x, grid_w, rows, block, bits, rounding):
+def _(x, grid_w, rows, block, bits, rounding, signs=None):
     N, S, D = x.shape
     R = _compressed_rows(N, S, grid_w, rows, block)
     codes = x.new_empty((D, R), dtype=code_dtype(rounding)).t()  # column-major, as the op
@@ -270,15 +289,17 @@ def hla_grad_weight(
     rounding: str,
     layer: str,
     check: bool,
+    signs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """HLA g_w path: ``g_w ≈ g_yᵀ x`` from the saved compressed activation.
 
     ``g̃ = T·g_y`` (same geometry as the forward's ``abc_compress``), ``g̃q = Q(g̃)`` per-tensor,
     ``g_w = s_g·s_x·(g̃qᵀ·x̃q) / block`` (no ``/block`` without HLA). ``gy: [N, S, O]``,
     ``xq: [R, I]`` int8 (``float8_e4m3fn`` with ``rounding="fp8_e4m3"``: the FP8 g_w path),
-    ``sx: [1]``; returns float32 ``[O, I]``.
+    ``sx: [1]``; returns float32 ``[O, I]``. ``signs``: g_y is signed first, as x was by
+    ``abc_compress`` (the caller applies HLA's n/r factor).
     """
-    g_t = _transform(gy, grid_w, rows, block)
+    g_t = _transform(_signed(gy, signs), grid_w, rows, block)
     gq, sg = _quantize(g_t, bits, False, rounding, "maxabs")
     if check:
         numerics.check_scale(sg, layer, "g_w")
@@ -292,7 +313,7 @@ def hla_grad_weight(
 
 
 @hla_grad_weight.register_fake
-def _(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check):
+def _(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check, signs=None):
     return gy.new_empty((gy.shape[-1], xq.shape[1]), dtype=torch.float32)
 
 
@@ -307,6 +328,7 @@ def hla_grad_weight_dense(
     rounding: str,
     layer: str,
     check: bool,
+    signs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """HLA g_w from the full-precision activation ``x: [N, S, I]`` (ABC off).
 
@@ -314,12 +336,13 @@ def hla_grad_weight_dense(
     in one op keeps the compression in the backward (the partitioner cannot hoist it into
     the forward), so x is what is saved.
     """
+    x = _signed(x, signs)
     xq, sx = _quantize(_transform(x, grid_w, rows, block), bits, False, rounding, "maxabs")
-    return hla_grad_weight(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check)
+    return hla_grad_weight(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check, signs)
 
 
 @hla_grad_weight_dense.register_fake
-def _(gy, x, grid_w, rows, block, bits, rounding, layer, check):
+def _(gy, x, grid_w, rows, block, bits, rounding, layer, check, signs=None):
     return gy.new_empty((gy.shape[-1], x.shape[-1]), dtype=torch.float32)
 
 

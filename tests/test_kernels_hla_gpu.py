@@ -168,6 +168,38 @@ def test_hla_grad_weight_matches_reference(N, S, O, I, grid_w, dtype, rounding):
     torch.testing.assert_close(dense, ref, rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("N,S,O,I,grid_w", [GW_SHAPES[0], GW_SHAPES[4]])
+def test_signs_read_in_the_kernel_match_the_reference(N, S, O, I, grid_w):
+    """``hla_signs`` on CUDA: the ops take the ±1 per token and the kernel multiplies as it
+    loads — codes, scales and g_w equal the CPU reference on signed copies — and no signed copy
+    of g_y is made: the op's peak memory grows by less than g_y's size (an LM head's g_y is
+    N·S × vocab: the copy was +0.7 GiB of the GPT-2's peak)."""
+    kernels.register()
+    g = torch.Generator().manual_seed(N * S)
+    signs = (1 - 2 * torch.randint(0, 2, (N, S, 1), generator=g)).to(torch.bfloat16)
+    x = _x(N, S, I, torch.bfloat16, seed=I)
+    gy = (_x(N, S, O, torch.float32, seed=O) * 1e-3).to(torch.bfloat16)
+    a = ops.abc_compress(x, grid_w, LP_L1, 16, 8, "pseudo_stochastic", signs)
+    b = ops.abc_compress(x.cuda(), grid_w, LP_L1, 16, 8, "pseudo_stochastic", signs.cuda())
+    assert torch.equal(a[0], b[0].cpu()) and torch.equal(a[1], b[1].cpu())
+    c = ops.abc_compress(x * signs, grid_w, LP_L1, 16, 8, "pseudo_stochastic")
+    assert torch.equal(a[0], c[0]) and torch.equal(a[1], c[1])
+    args = (grid_w, LP_L1, 16, 8, "pseudo_stochastic", "l", False)
+    ref = hops.hla_grad_weight._init_fn(gy * signs, *a, *args)
+    gyc, sc = gy.cuda(), signs.cuda()
+    ops.hla_grad_weight(gyc, b[0], b[1], *args, sc)  # the dispatcher measures on a first call
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = ops.hla_grad_weight(gyc, b[0], b[1], *args, sc)
+    torch.cuda.synchronize()
+    grown = torch.cuda.max_memory_allocated() - base
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-6, atol=0)
+    assert grown < gyc.numel() * gyc.element_size(), grown
+    dense = ops.hla_grad_weight_dense(gyc, x.cuda(), *args, sc)
+    torch.testing.assert_close(dense.cpu(), ref, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("which", ["gy", "x"])
 def test_nan_propagates(which):
     kernels.register()

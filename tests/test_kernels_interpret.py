@@ -43,6 +43,13 @@ CHECK = textwrap.dedent("""
                     rc, rs = quantize(hla_transform(x, grid_w, LP_L1), bits, False, rounding)
                     n += 1
                     bad += not (torch.equal(c, rc) and torch.equal(s, rs))
+                    # hla_signs: read as x · signs (±1 per token), no signed copy
+                    sg = 1 - 2 * torch.randint(0, 2, (2, 35, 1)).float()
+                    c, s = hla_quantize(x, grid_w, LP_L1, bits, rounding, transposed=True,
+                                        signs=sg)
+                    rc, rs = quantize(hla_transform(x * sg, grid_w, LP_L1), bits, False, rounding)
+                    n += 1
+                    bad += not (torch.equal(c.t(), rc) and torch.equal(s, rs))
     # the g_w path's FP8 format: e4m3 codes (max-abs/448, round-to-nearest-even), both layouts
     from hotcompile.quant import FP8_E4M3
     for grid_w in (0, 5):

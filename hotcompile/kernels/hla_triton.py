@@ -42,10 +42,11 @@ BLOCK_D = 64
 
 @triton.jit
 def _load_pos(
-    x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW,
-    P: tl.constexpr, PATCH: tl.constexpr,
+    x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n,
+    P: tl.constexpr, PATCH: tl.constexpr, SIGNS: tl.constexpr,
 ):  # fmt: skip
-    """Position P of each HLA block ``bidx`` (per sample): ``[BLOCK_B, BLOCK_D]`` float32."""
+    """Position P of each HLA block ``bidx`` (per sample): ``[BLOCK_B, BLOCK_D]`` float32;
+    with SIGNS times the token's ±1 (``sign_ptr[n·S + s]``: hla_signs, exact in float32)."""
     if PATCH:
         hh = (bidx // NBW) * 4 + P // 4
         ww = (bidx % NBW) * 4 + P % 4
@@ -55,8 +56,11 @@ def _load_pos(
         s = bidx * 16 + P
         ok = gmask & (s < S)
     ptrs = x_ptr + base[:, None] + s.to(tl.int64)[:, None] * stride_s + d[None, :]
-    v = tl.load(ptrs, mask=ok[:, None] & dmask[None, :], other=0.0)
-    return v.to(tl.float32)
+    v = tl.load(ptrs, mask=ok[:, None] & dmask[None, :], other=0.0).to(tl.float32)
+    if SIGNS:
+        sgn = tl.load(sign_ptr + n.to(tl.int64) * S + s, mask=ok, other=0.0).to(tl.float32)
+        v = v * sgn[:, None]
+    return v
 
 
 @triton.jit
@@ -115,9 +119,10 @@ def _ilv2(a, b):
 
 @triton.jit
 def _hla_quant_kernel(
-    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr,
+    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr,
     G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel,
     MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr, SAWB: tl.constexpr,
+    SIGNS: tl.constexpr,
     ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -135,23 +140,23 @@ def _hla_quant_kernel(
     base = n.to(tl.int64) * stride_n
     d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
-    a = (x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW)
-    y0 = _load_pos(*a, 0, PATCH)
-    y1 = _load_pos(*a, 1, PATCH)
-    y2 = _load_pos(*a, 2, PATCH)
-    y3 = _load_pos(*a, 3, PATCH)
-    y4 = _load_pos(*a, 4, PATCH)
-    y5 = _load_pos(*a, 5, PATCH)
-    y6 = _load_pos(*a, 6, PATCH)
-    y7 = _load_pos(*a, 7, PATCH)
-    y8 = _load_pos(*a, 8, PATCH)
-    y9 = _load_pos(*a, 9, PATCH)
-    y10 = _load_pos(*a, 10, PATCH)
-    y11 = _load_pos(*a, 11, PATCH)
-    y12 = _load_pos(*a, 12, PATCH)
-    y13 = _load_pos(*a, 13, PATCH)
-    y14 = _load_pos(*a, 14, PATCH)
-    y15 = _load_pos(*a, 15, PATCH)
+    a = (x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n)
+    y0 = _load_pos(*a, 0, PATCH, SIGNS)
+    y1 = _load_pos(*a, 1, PATCH, SIGNS)
+    y2 = _load_pos(*a, 2, PATCH, SIGNS)
+    y3 = _load_pos(*a, 3, PATCH, SIGNS)
+    y4 = _load_pos(*a, 4, PATCH, SIGNS)
+    y5 = _load_pos(*a, 5, PATCH, SIGNS)
+    y6 = _load_pos(*a, 6, PATCH, SIGNS)
+    y7 = _load_pos(*a, 7, PATCH, SIGNS)
+    y8 = _load_pos(*a, 8, PATCH, SIGNS)
+    y9 = _load_pos(*a, 9, PATCH, SIGNS)
+    y10 = _load_pos(*a, 10, PATCH, SIGNS)
+    y11 = _load_pos(*a, 11, PATCH, SIGNS)
+    y12 = _load_pos(*a, 12, PATCH, SIGNS)
+    y13 = _load_pos(*a, 13, PATCH, SIGNS)
+    y14 = _load_pos(*a, 14, PATCH, SIGNS)
+    y15 = _load_pos(*a, 15, PATCH, SIGNS)
     # the stages of fwht_last: h = 1, 2, 4, 8; (j, j+h) -> (a+b, a-b)
     y0, y1 = _bf(y0, y1)
     y2, y3 = _bf(y2, y3)
@@ -298,6 +303,7 @@ def hla_quantize(
     num_warps: int = 4,
     sawb: bool = False,
     out_dtype: torch.dtype = torch.int8,
+    signs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``quantize(hla_transform(x, grid_w, rows), bits, False, rounding)`` on CUDA.
 
@@ -307,7 +313,9 @@ def hla_quantize(
     scale of ``hotcompile.quant.sawb_scale`` from atomic sums (equal to the reference's to
     float32 rounding) — with ``rows = range(16)`` this is HQ's weight quantizer along O.
     ``rounding=FP8_E4M3`` (bits 8): e4m3 codes with the max-abs/448 scale (the g_w path's FP8
-    format); ``out_dtype`` is then float8_e4m3fn whatever is passed.
+    format); ``out_dtype`` is then float8_e4m3fn whatever is passed. ``signs`` (``[N, S, 1]``
+    or ``[N, S]``, ±1): x is read as ``x · signs`` (hla_signs) without a signed copy of x —
+    which for an LM head's g_y (N·S × vocab) was most of a GiB of peak memory.
     """
     fp8 = rounding == FP8_E4M3
     if fp8:
@@ -335,11 +343,18 @@ def hla_quantize(
     seed = int(torch.randint(0, 2**31 - 1, ())) if rounding == "stochastic" else 0
     block_d = min(block_d, triton.next_power_of_2(D))
     grid = (triton.cdiv(G, block_b), triton.cdiv(D, block_d))
-    args = (x, codes, scale, amax, stats, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1), seed)
+    if signs is not None:
+        if signs.numel() != N * S:
+            raise ValueError(f"signs has {signs.numel()} elements for {N}x{S} tokens")
+        signs = signs.reshape(N * S).contiguous()
+    sp = signs if signs is not None else scale  # any pointer when SIGNS is off
+    args = (x, codes, scale, amax, stats, sp, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1))
+    args = (*args, seed)
     common = dict(
         TRANS=transposed,
         PATCH=grid_w > 0,
         SAWB=sawb and bits == 4,
+        SIGNS=signs is not None,
         ROWS=packed,
         NR=nr,
         RP=rp,
@@ -361,13 +376,13 @@ def _ref(name: str, *args):
     return getattr(ops, name)._init_fn(*args)
 
 
-def abc_compress_cuda(x, grid_w, rows, block, bits, rounding):
+def abc_compress_cuda(x, grid_w, rows, block, bits, rounding, signs=None):
     """CUDA ``hotcompile::abc_compress``: codes ``[R, D]`` int8, or e4m3 for ``FP8_E4M3``
     (column-major: written as ``[D, R]``, K-major for the g_w GEMM) and the fp32 scale, as the
     reference returns them (bit-identical for nearest, pseudo_stochastic and FP8)."""
     if not supported(x, grid_w, rows, block, bits, rounding):
-        return _ref("abc_compress", x, grid_w, rows, block, bits, rounding)
-    codes, scale = hla_quantize(x, grid_w, rows, bits, rounding, transposed=True)
+        return _ref("abc_compress", x, grid_w, rows, block, bits, rounding, signs)
+    codes, scale = hla_quantize(x, grid_w, rows, bits, rounding, transposed=True, signs=signs)
     return codes.t(), scale
 
 
@@ -379,33 +394,35 @@ def _gw(gqt, sg, xqt, sx, block, layer, check):
     return dispatch.scaled_gemm(gqt, xqt, s, None, torch.float32, layer=layer, stage="g_w GEMM")
 
 
-def hla_grad_weight_cuda(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check):
+def hla_grad_weight_cuda(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check, signs=None):
     """CUDA ``hotcompile::hla_grad_weight``: fused HLA + quantize of g_y written K-major, then
     the INT8 GEMM ``g̃qᵀ·x̃q`` (FP8-e4m3 with ``FP8_E4M3`` codes, float32 accumulation) with the
     reference's dequantization ``s_g·s_x/16`` in its epilogue. The saved codes are
     column-major (``abc_compress``), so ``xq.t()`` is K-major without a copy."""
-    args = (gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check)
+    args = (gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check, signs)
     if (
         not supported(gy, grid_w, rows, block, bits, rounding)
         or xq.dim() != 2
         or xq.dtype != code_dtype(rounding)  # the reference says what is wrong
     ):
         return _ref("hla_grad_weight", *args)
-    gqt, sg = hla_quantize(gy, grid_w, rows, bits, rounding, transposed=True)
+    gqt, sg = hla_quantize(gy, grid_w, rows, bits, rounding, transposed=True, signs=signs)
     if gqt.shape[1] != xq.shape[0]:
         raise ValueError(f"hla_grad_weight: {gqt.shape[1]} HLA rows of g_y, xq has {xq.shape[0]}")
     return _gw(gqt, sg, xq.t().contiguous(), sx, block, layer, check)
 
 
-def hla_grad_weight_dense_cuda(gy, x, grid_w, rows, block, bits, rounding, layer, check):
+def hla_grad_weight_dense_cuda(
+    gy, x, grid_w, rows, block, bits, rounding, layer, check, signs=None
+):
     """CUDA ``hotcompile::hla_grad_weight_dense``: both operands through the fused kernel,
     both written K-major (no transpose copy)."""
-    args = (gy, x, grid_w, rows, block, bits, rounding, layer, check)
+    args = (gy, x, grid_w, rows, block, bits, rounding, layer, check, signs)
     if not (
         supported(gy, grid_w, rows, block, bits, rounding)
         and supported(x, grid_w, rows, block, bits, rounding)
     ):
         return _ref("hla_grad_weight_dense", *args)
-    xqt, sx = hla_quantize(x, grid_w, rows, bits, rounding, transposed=True)
-    gqt, sg = hla_quantize(gy, grid_w, rows, bits, rounding, transposed=True)
+    xqt, sx = hla_quantize(x, grid_w, rows, bits, rounding, transposed=True, signs=signs)
+    gqt, sg = hla_quantize(gy, grid_w, rows, bits, rounding, transposed=True, signs=signs)
     return _gw(gqt, sg, xqt, sx, block, layer, check)
