@@ -268,7 +268,7 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_views": 'as hot, with abc_recompute="views" (the default until 2026-11-22: only '
     "view/copy chains recomputed)",
     "hot_views_cg": 'as hot_cg, with abc_recompute="views"; judged against inductor_cg',
-    "hot_lowpass_cg": 'as hot_cg, with hla_signs=False (the paper\'s low-pass HLA everywhere, '
+    "hot_lowpass_cg": "as hot_cg, with hla_signs=False (the paper's low-pass HLA everywhere, "
     "the default until 2026-11-22; the default signs only differ on layers fed by a token "
     "embedding: the GPT-2's)",
 }
