@@ -73,7 +73,8 @@ class HotConfig:
             seeds: low-pass +17.3%, with random signs +0.5%; ``tools/repros/hla_estimators_lm.py``).
             Costs a multiply of x (forward) and of g_y (backward) per layer. ``"auto"``
             (default): signs on the layers whose input is computed from a token embedding (an
-            embedding lookup of an integer graph input: text), the low-pass elsewhere (image
+            embedding lookup of integer inputs the user passes — not of the model's own
+            buffers such as ``position_ids``: text), the low-pass elsewhere (image
             patches and feature maps, where it is at least as good: CPU study, variant
             ``hot_hla_signs``). A graph that starts after a graph break cannot see the
             embedding: pass ``True`` for a language model whose graph breaks. ``True`` /

@@ -173,16 +173,27 @@ def _meta(value: Any) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
+def _module_state(node: torch.fx.Node) -> bool:
+    """A placeholder that Dynamo lifted from a module's buffers or parameters (its source reads
+    ``..._buffers[...]`` / ``..._parameters[...]``): e.g. a ``position_ids`` buffer, which is
+    the model's own index tensor, not the user's tokens. Unknown sources count as inputs."""
+    src = getattr(node.meta.get("grapharg"), "source", None)
+    name = getattr(src, "name", None)
+    name = name() if callable(name) else name  # a method before torch 2.13, then a property
+    return isinstance(name, str) and ("._buffers[" in name or "._parameters[" in name)
+
+
 def _from_discrete_input(node: torch.fx.Node) -> bool:
     """``node`` is computed from an integer graph input (token ids), not only from values built
-    inside the graph (``arange`` positions) or from parameters."""
+    inside the graph (``arange`` positions), from module buffers (``position_ids``) or from
+    parameters."""
     stack, seen = [node], set()
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
-        if n.op == "placeholder":
+        if n.op == "placeholder" and not _module_state(n):
             v = _meta(n)
             if v is not None and not (
                 v.is_floating_point() or v.is_complex() or v.dtype == torch.bool

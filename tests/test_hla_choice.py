@@ -318,19 +318,23 @@ def test_hla_signs_under_inductor_match_aot_eager():
 
 
 class _Tokens(nn.Module):
-    """A tiny LM trunk (token and arange-position embeddings) beside an image-like branch."""
+    """A tiny LM trunk (token and position embeddings) beside an image-like branch whose
+    positions come from ``arange`` and from a ``position_ids`` buffer (as HF's CLIP vision
+    tower has them): integer tensors, but the model's own, not the user's tokens."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tok, self.pos = nn.Embedding(256, 32), nn.Embedding(64, 32)
+        self.register_buffer("position_ids", torch.arange(64), persistent=False)
         self.text = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 48), nn.GELU())
         self.head = nn.Linear(48, 32)
-        self.patch = nn.Linear(32, 32)  # sees only float input and arange positions
+        self.patch = nn.Linear(32, 32)  # sees only float input and the model's positions
 
     def forward(self, ids: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
         positions = self.pos(torch.arange(ids.shape[1]))
         text = self.head(self.text(self.tok(ids) + positions))
-        return text.sum() + self.patch(patches + positions).sum()
+        own = self.pos(self.position_ids[: ids.shape[1]])
+        return text.sum() + self.patch(patches + positions + own).sum()
 
 
 @pytest.mark.parametrize("setting", ["auto", True, False])
@@ -338,7 +342,8 @@ def test_hla_signs_auto_picks_the_layers_fed_by_a_token_embedding(setting):
     """``hla_signs="auto"`` (the default): signs exactly on the layers downstream of an
     embedding lookup of integer graph inputs (text tokens, where the low-pass's bias broke the
     LMs); not on a layer that sees only float input plus positions built in the graph by
-    ``arange``. True / False: every HLA layer / none. The plan table says which."""
+    ``arange`` or held in a buffer. True / False: every HLA layer / none. The plan table says
+    which."""
     hotcompile.clear_plans()
     torch._dynamo.reset()
     m = _Tokens()
