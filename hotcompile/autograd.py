@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
 from hotcompile import lqs
-from hotcompile.hla import hla_transform, patch_side
+from hotcompile.hla import hla_transform, patch_side, signed
 from hotcompile.quant import FP8_E4M3
 
 ops = torch.ops.hotcompile
@@ -176,7 +176,7 @@ def _compress(
     takes them). The quantized ops multiply by the signs as they read (no signed copies)."""
     signs = _signs(spec, rows, x3, weight)
     if spec.gw_bits is None:  # HLA without quantization: keep T x in float32
-        xs = x3 if signs is None else x3 * signs
+        xs = signed(x3, signs)
         out: tuple[torch.Tensor, ...] = (hla_transform(xs, grid_w, tuple(rows), spec.block),)
     else:
         out = tuple(
@@ -193,8 +193,7 @@ def _weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows) -> tor
     if spec.hla_signs and rows:
         *saved, signs = saved
     if spec.gw_bits is None:
-        gs = gy3 if signs is None else gy3 * signs.to(gy3.dtype)
-        g_t = hla_transform(gs, grid_w, tuple(rows), spec.block)
+        g_t = hla_transform(signed(gy3, signs), grid_w, tuple(rows), spec.block)
         return _unbiased(g_t.t() @ saved[0] / spec.block, signs, rows, spec.block)
     xq, sx = saved
     gw = ops.hla_grad_weight(

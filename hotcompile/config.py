@@ -67,14 +67,15 @@ class HotConfig:
             INT8 x, twice ABC's bytes). ``hla=False`` turns HLA off everywhere, plan or not.
         hla_signs: multiply x and g_y by the same pseudo-random ±1 per token (a hash of the
             sample and position salted with the layer's weight, so new signs every optimizer
-            step) before HLA's projection, and g_w by 2: HLA then estimates ``g_yᵀx`` without
-            bias. The paper's fixed low-pass is biased — it never sees the high-sequency part
-            of g_yᵀx — and that bias is what breaks language models (byte LM, unquantized, 3
-            seeds: low-pass +17.3%, with random signs +0.5%; ``tools/repros/hla_estimators_lm.py``).
-            Costs a multiply of x (forward) and of g_y (backward) per layer. ``"auto"``
-            (default): signs on the layers whose input is computed from a token embedding (an
-            embedding lookup of integer inputs the user passes — not of the model's own
-            buffers such as ``position_ids``: text), the low-pass elsewhere (image
+            step) before HLA's projection, and g_w by n/r (2 at rank 8 of 16): HLA then
+            estimates ``g_yᵀx`` without bias. The paper's fixed low-pass is biased — it never
+            sees the high-sequency part of g_yᵀx — and that bias is what breaks language
+            models (byte LM, unquantized, 3 seeds: low-pass +17.3%, with random signs +0.5%;
+            ``tools/repros/hla_estimators_lm.py``). Costs a small integer hash per layer and
+            step; the kernels multiply as they read, so no signed copy of x or g_y is made.
+            ``"auto"`` (default): signs on the layers whose input is computed from a token
+            embedding (an embedding lookup of integer inputs the user passes — not of the
+            model's own buffers such as ``position_ids``: text), the low-pass elsewhere (image
             patches and feature maps, where it is at least as good: CPU study, variant
             ``hot_hla_signs``). A graph that starts after a graph break cannot see the
             embedding: pass ``True`` for a language model whose graph breaks. ``True`` /

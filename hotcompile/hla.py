@@ -78,6 +78,16 @@ def to_blocks(x: torch.Tensor, grid_w: int, n: int = 16) -> torch.Tensor:
     return xs.reshape(N, xs.shape[1] // n, n, D)
 
 
+def signed(x: torch.Tensor, signs: torch.Tensor | None) -> torch.Tensor:
+    """``x [N, S, D]`` times HLA's per-token ±1 (``hla_signs``; ``signs`` ``[N, S, 1]`` or
+    ``[N, S]``: exact in any float dtype), or x itself without signs."""
+    if signs is None:
+        return x
+    if signs.numel() != x.shape[0] * x.shape[1]:
+        raise ValueError(f"signs has {signs.numel()} elements for {x.shape[0]}x{x.shape[1]} tokens")
+    return x * signs.reshape(x.shape[0], x.shape[1], 1).to(x.dtype)
+
+
 def hla_transform(x: torch.Tensor, grid_w: int, rows: tuple[int, ...], n: int = 16) -> torch.Tensor:
     """``T x`` in float32: ``x: [N, S, D]`` -> ``[N·nb·r, D]`` (r = len(rows)).
 

@@ -19,7 +19,7 @@ import torch
 
 from hotcompile import lqs, numerics
 from hotcompile.hadamard import block_hadamard, padded
-from hotcompile.hla import hla_transform, patch_side
+from hotcompile.hla import hla_transform, patch_side, signed
 from hotcompile.quant import code_dtype
 from hotcompile.quant import quantize as _quantize
 
@@ -151,18 +151,9 @@ def abc_compress(
     ``signs`` (``[N, S, 1]``, ±1; ``hla_signs``): compress ``x · signs`` instead; the CUDA
     kernel multiplies as it loads, so no signed copy of x is made.
     """
-    x = _signed(x, signs)
+    x = signed(x, signs)
     q, s = _quantize(_transform(x, grid_w, rows, block), bits, False, rounding, "maxabs")
     return q.t().contiguous().t(), s
-
-
-def _signed(x: torch.Tensor, signs: torch.Tensor | None) -> torch.Tensor:
-    """``x · signs`` (±1 per token: exact in any float dtype), or x."""
-    if signs is None:
-        return x
-    if signs.numel() != x.shape[0] * x.shape[1]:
-        raise ValueError(f"signs has {signs.numel()} elements for {x.shape[0]}x{x.shape[1]} tokens")
-    return x * signs.reshape(x.shape[0], x.shape[1], 1).to(x.dtype)
 
 
 @abc_compress.register_fake
@@ -299,7 +290,7 @@ def hla_grad_weight(
     ``sx: [1]``; returns float32 ``[O, I]``. ``signs``: g_y is signed first, as x was by
     ``abc_compress`` (the caller applies HLA's n/r factor).
     """
-    g_t = _transform(_signed(gy, signs), grid_w, rows, block)
+    g_t = _transform(signed(gy, signs), grid_w, rows, block)
     gq, sg = _quantize(g_t, bits, False, rounding, "maxabs")
     if check:
         numerics.check_scale(sg, layer, "g_w")
@@ -336,7 +327,7 @@ def hla_grad_weight_dense(
     in one op keeps the compression in the backward (the partitioner cannot hoist it into
     the forward), so x is what is saved.
     """
-    x = _signed(x, signs)
+    x = signed(x, signs)
     xq, sx = _quantize(_transform(x, grid_w, rows, block), bits, False, rounding, "maxabs")
     return hla_grad_weight(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check, signs)
 

@@ -348,8 +348,9 @@ def hla_quantize(
             raise ValueError(f"signs has {signs.numel()} elements for {N}x{S} tokens")
         signs = signs.reshape(N * S).contiguous()
     sp = signs if signs is not None else scale  # any pointer when SIGNS is off
-    args = (x, codes, scale, amax, stats, sp, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1))
-    args = (*args, seed)
+    args = (
+        x, codes, scale, amax, stats, sp, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1), seed,
+    )  # fmt: skip
     common = dict(
         TRANS=transposed,
         PATCH=grid_w > 0,
