@@ -21,7 +21,8 @@ Tasks (all data ships with the software already installed; nothing is downloaded
 Variants: ``fp32`` (plain compile), ``bf16`` (plain compile under CPU bf16 autocast), ``hot``
 (defaults), ``hot_no_lqs`` (per-tensor g_x scaling), ``hot_exact_gw`` (no HLA, unquantized
 g_w: only the g_x path is approximated), ``hot_no_hla`` (HLA off: INT8 g_w without the
-projection, the setting language models need today), ``naive_int4`` (per-tensor INT4 on both
+projection), ``hot_lowpass`` (the paper's low-pass HLA everywhere, ``hla_signs=False``),
+``naive_int4`` (per-tensor INT4 on both
 backward paths, no Hadamard, no HLA), ``hot_plan`` (HOT with the per-layer HLA choice and LQS
 quantizers of ``hotcompile.calibrate`` run on the model of a 60-step FP32 pilot, then training
 from the seed's initial weights with ``options={"plan": plan}``), ``hot_fp8_gw`` (HOT with
@@ -96,7 +97,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # 16 consecutive tokens read as a sequence, not as a 4x4 patch (hot-method.md's option)
     "hot_seq_rows": {"hla_rows": "sequency", "hla_signs": False},
     # HLA made unbiased on every layer: x and g_y multiplied by the same pseudo-random signs
-    # per token, g_w by 2 (tools/repros/hla_estimators_lm.py: the low-pass's bias is what
+    # per token, g_w by n/r = 2 (tools/repros/hla_estimators_lm.py: the low-pass's bias is what
     # breaks the LM). The default ("auto") does this only downstream of a token embedding.
     "hot_hla_signs": {"hla_signs": True},
 }
@@ -621,11 +622,17 @@ _PRIORITY = {"lm": 0, "lora": 1, "cnn": 2, "vit": 3}
 
 
 def _cache_file(cache: pathlib.Path | None, job: tuple, settings: Settings) -> pathlib.Path | None:
-    """Where one finished run is kept, keyed by its sizes, so an interrupted run resumes."""
+    """Where one finished run is kept, keyed by its sizes and, for a HOT variant, every field
+    of its resolved ``HotConfig`` — so an interrupted run resumes, and a changed default
+    (e.g. ``hla_signs``) retrains the variants it changes instead of reusing stale runs."""
     if cache is None:
         return None
+    from hotcompile.config import HotConfig
+
     sizes = {f: getattr(settings, f) for f in _TASK_FIELDS[job[0]] + ("log_every",)}
-    key = hashlib.sha1(repr((sizes, torch.__version__)).encode()).hexdigest()[:10]
+    options = variants_for(job[0])[job[1]]
+    hot = HotConfig.from_options(options).cache_key() if options is not None else None
+    key = hashlib.sha1(repr((sizes, torch.__version__, hot)).encode()).hexdigest()[:10]
     return cache / f"{job[0]}_{job[1]}_s{job[2]}_{key}.pt"
 
 
@@ -1483,6 +1490,7 @@ what each variant is (all through torch.compile):
   hot_fp8_no_hla  as hot_fp8_gw with HLA off (compare with hot_no_hla: FP8 vs INT8 rounding)
   hot_seq_rows  HOT with HLA's 1-D low-pass rows (sequency 0-7; hla_rows="sequency")
   hot_hla_signs HOT with hla_signs=True (random signs per token: HLA without bias)
+  hot_lowpass   HOT with hla_signs=False (the paper's low-pass HLA on every layer)
   lora tasks:   lora (plain) / lora_hot_base (HOT on frozen base only) / lora_hot_all
 
 examples:
