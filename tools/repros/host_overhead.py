@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime
 import io
 import json
 import pathlib
@@ -37,6 +38,7 @@ from hotcompile.demo import Block
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench_train import warmup_steps_needed  # noqa: E402
+from gpu_tests import _commit  # noqa: E402
 
 
 class Stack(nn.Module):
@@ -258,7 +260,8 @@ def main(argv: list[str] | None = None) -> dict:
     parts = part_costs(device, a.reps) if device.type == "cuda" else {}
     head = [
         f"device: {torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}; "
-        f"torch {torch.__version__}; {a.depth} blocks, dim {a.dim}, {a.tokens} tokens",
+        f"torch {torch.__version__}; {datetime.date.today()}; commit {_commit()}; "
+        f"{a.depth} blocks, dim {a.dim}, {a.tokens} tokens",
         f"host time per compiled step under cProfile: {per_step:.0f} µs "
         f"({4 * a.depth + 1} HOT linears)",
         f"wall time per compiled step without the profiler: {wall:.0f} µs",
