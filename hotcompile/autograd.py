@@ -24,6 +24,7 @@ import torch.nn.functional as F
 import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
 from hotcompile import lqs
 from hotcompile.hla import hla_transform, patch_side, signed
+from hotcompile.lowering import hot as native
 from hotcompile.quant import FP8_E4M3
 
 ops = torch.ops.hotcompile
@@ -37,6 +38,10 @@ class LayerSpec:
     ``hla_rows`` empty means no low-rank projection on the g_w path; ``exact`` turns every
     transform off. ``hla_2d`` decides whether inputs with one row per sample use HLA across
     the batch. ``stride``/``padding``/``dilation`` are set for conv2d only.
+
+    ``lowering``: ``"ops"`` (the ``torch.ops.hotcompile`` custom ops, run-time LQS) or
+    ``"native"`` (:mod:`hotcompile.lowering.hot`: nodes inductor compiles and launches itself;
+    every decision static, ``gx_scaling`` then ``per_token`` or ``per_tensor``).
 
     ``hla_probe`` (set by :func:`hotcompile.calibrate` only, with ``abc`` off so x is saved in
     full, and the eager compiler so the backward runs on real tensors): the backward also
@@ -62,6 +67,7 @@ class LayerSpec:
     exact: bool = False
     check: bool = True
     hla_probe: bool = False
+    lowering: str = "ops"
     stride: tuple[int, int] = (1, 1)
     padding: tuple[int, int] = (0, 0)
     dilation: tuple[int, int] = (1, 1)
@@ -244,7 +250,49 @@ def _input_grad(spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor) -> torch.T
     """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact."""
     if not spec.gx_quantized:
         return gy2 @ w2.to(gy2.dtype)
+    if spec.lowering == "native":
+        if gy2.shape[0] == 0:
+            return gy2.new_zeros((0, w2.shape[1]))
+        return native.grad_input(
+            gy2, w2, spec.gx_bits, spec.per_token, spec.rounding, spec.weight_scale
+        )
     return ops.hq_grad_input(gy2, w2, *spec.hq_args)
+
+
+def _autocast_dtype(t: torch.Tensor) -> torch.dtype | None:
+    """The dtype autocast runs this device's GEMMs in, when it is on."""
+    dev = t.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+
+
+def _native_compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows, weight: torch.Tensor):
+    """ABC on the native path (:func:`hotcompile.lowering.hot.compress`): the codes of x as
+    the forward's GEMM reads it (the autocast dtype inside an autocast region, as the ops'
+    autocast rule casts it), then the signs when the layer has them."""
+    dtype = _autocast_dtype(x3)
+    if dtype is not None and x3.is_floating_point() and x3.dtype != dtype:
+        x3 = x3.to(dtype)
+    signs = _signs(spec, rows, x3, weight)
+    if spec.gw_bits is None:  # unquantized HLA keeps T x in float32, as the ops path does
+        out: tuple[torch.Tensor, ...] = (
+            hla_transform(signed(x3, signs), grid_w, tuple(rows), spec.block),
+        )
+    else:
+        out = native.compress(x3, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs)
+    return out if signs is None else (*out, signs)
+
+
+def _native_weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows):
+    """HLA g_w on the native path from what :func:`_native_compress` saved."""
+    if spec.gw_bits is None:
+        return _weight_grad(spec, gy3, saved, grid_w, rows)
+    signs = None
+    if spec.hla_signs and rows:
+        *saved, signs = saved
+    xq, sx = saved
+    return native.grad_weight(
+        gy3, xq, sx, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs
+    )
 
 
 class HotLinearFunction(torch.autograd.Function):
@@ -265,7 +313,10 @@ class HotLinearFunction(torch.autograd.Function):
             else:
                 x3, ctx.grid_w, ctx.rows = _linear_geometry(spec, x)
                 ctx.x3_ns = x3.shape[:2]
-                saved.extend(_compress(spec, x3, ctx.grid_w, ctx.rows, weight))
+                if spec.lowering == "native":
+                    saved.extend(_native_compress(spec, x3, ctx.grid_w, ctx.rows, weight))
+                else:
+                    saved.extend(_compress(spec, x3, ctx.grid_w, ctx.rows, weight))
         ctx.save_for_backward(*saved)
         return y
 
@@ -289,7 +340,10 @@ class HotLinearFunction(torch.autograd.Function):
                 gw = _weight_grad_dense(spec, gy3, x3, grid_w, rows, weight)
             else:
                 gy3 = gy.reshape(ctx.x3_ns[0], ctx.x3_ns[1], O)
-                gw = _weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
+                if spec.lowering == "native":
+                    gw = _native_weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
+                else:
+                    gw = _weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
             gw = gw.to(weight.dtype)
         if ctx.needs_input_grad[2]:
             gb = gy2.sum(0).to(ctx.b_dtype)

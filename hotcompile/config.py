@@ -30,6 +30,10 @@ COMPILERS = ("inductor", "aot_eager", "eager")
 NONFINITE_CHECKS = ("once", "off")
 #: kernel families on CUDA (hotcompile.kernels.dispatch): "auto" measures per shape
 KERNEL_IMPLS = ("auto", "cutlass", "cuda", "triton", "torch")
+#: how HOT's backward reaches the GPU (``hotcompile.lowering``)
+LOWERINGS = ("auto", "native", "ops")
+#: which layers take HOT's backward (``hotcompile.lowering.gate``)
+PREFERENCES = ("speed", "memory", "paper")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -141,6 +145,26 @@ class HotConfig:
             HOT backward (the NaN/Inf itself always propagates); ``"off"`` skips the check
             (on CUDA: the largest scale copied into a pinned ring without blocking, read when
             it has landed, so a report can come a step later).
+        lowering: how HOT's backward is compiled. ``"native"``: as nodes inductor compiles,
+            fuses and launches itself (``torch._scaled_mm`` / ``torch._int_mm`` GEMMs, the fused
+            quantize kernels as ``triton_op``, ATen on CPU; ``hotcompile.lowering``) — no
+            Python per call, every decision static: LQS's ``"lqs"`` becomes per-token unless a
+            ``plan`` says otherwise (on this path per-token costs no more than per-tensor and
+            its quantization step is never coarser), and there is no per-layer NaN/Inf warning.
+            ``"ops"``: the ``torch.ops.hotcompile`` custom ops (run-time LQS calibration,
+            warm-up, ``"stochastic"`` rounding, conv layers, the NaN/Inf warning; host-bound on
+            a GPU). ``"auto"`` (default): native for linear layers on CUDA compiled by
+            inductor or aot_eager when the settings allow it (rounding nearest or
+            pseudo_stochastic, no warm-up), ops otherwise — so CPU runs keep run-time LQS.
+        prefer: which layers take HOT's backward. ``"speed"`` (default): on a CUDA device,
+            a layer gets HOT only where HOT's backward (its forward compression included) is
+            measurably faster than the exact bf16 backward for that layer's shape on this
+            GPU — timed once per shape under a CUDA graph and cached on disk
+            (``hotcompile.lowering.gate``); elsewhere it keeps autograd's backward, and the
+            plan says why, with both times. On a CPU every eligible layer gets HOT (the CPU
+            path is the reference, for accuracy work). ``"memory"``: every eligible layer
+            (ABC's memory saving first, whatever the speed). ``"paper"``: every eligible
+            layer, as the paper does.
         kernels: which implementation runs the quantize kernels and low-precision GEMMs on
             CUDA: ``"auto"`` (default: the fastest measured per shape, cached on disk), or one
             family — ``"cutlass"``, ``"cuda"``, ``"triton"``, ``"torch"`` — used wherever it
@@ -181,6 +205,8 @@ class HotConfig:
     inductor_config: tuple[tuple[str, Any], ...] = ()
     check_nonfinite: str = "once"
     kernels: str = "auto"
+    lowering: str = "auto"
+    prefer: str = "speed"
 
     def __post_init__(self) -> None:
         def bad(name: str, value: Any, valid: str) -> HotConfigError:
@@ -234,6 +260,24 @@ class HotConfig:
         choice("compiler", COMPILERS)
         choice("check_nonfinite", NONFINITE_CHECKS)
         choice("kernels", KERNEL_IMPLS)
+        choice("lowering", LOWERINGS)
+        choice("prefer", PREFERENCES)
+        if self.lowering == "native":
+            if self.rounding == "stochastic":
+                raise bad(
+                    "lowering",
+                    "native",
+                    "stochastic rounding draws its seed on the host; use rounding="
+                    "'pseudo_stochastic' or 'nearest', or lowering='ops'",
+                )
+            if self.warmup_steps:
+                raise bad(
+                    "lowering",
+                    "native",
+                    "the INT8 warm-up switches precision at run time; use lowering='ops'",
+                )
+            if self.compiler == "eager":
+                raise bad("lowering", "native", "needs compiler='inductor' or 'aot_eager'")
         if self.mode not in MODES:
             raise bad("mode", self.mode, f"one of {', '.join(map(repr, MODES))}")
         if isinstance(self.hla_rows, str):

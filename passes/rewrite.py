@@ -25,6 +25,8 @@ from hotcompile import lqs
 from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
 from hotcompile.config import HotConfig
 from hotcompile.hla import hla_rows
+from hotcompile.lowering import hot as native
+from hotcompile.lowering.gate import Shape, Speed, decide
 
 log = logging.getLogger("hotcompile")
 
@@ -61,6 +63,7 @@ class LayerPlan:
     static_rule: str = ""
     needs_gx: bool = True
     hla_plan: tuple[bool, float | None, str] | None = None
+    speed: Speed | None = None
 
     @property
     def quantizer(self) -> str | None:
@@ -135,6 +138,7 @@ class LayerPlan:
             "g_x": gx,
             "g_w": gw,
             "rounding": s.rounding if hot else "-",
+            "speed-up": f"{self.speed.speedup:.2f}x" if self.speed is not None else "-",
             "note": self.reason or self._hla_note(),
         }
 
@@ -245,12 +249,37 @@ def _pair(v: Any) -> tuple[int, int]:
     return (int(v), int(v)) if isinstance(v, int) else tuple(int(i) for i in v)
 
 
-def _scaling(config: HotConfig, name: str) -> tuple[str, str]:
+#: why the native path quantizes per token where the config says "lqs" and no plan decides
+NATIVE_LQS_RULE = (
+    "native path: per-token (its row max-abs comes with the pass that writes the codes, so it "
+    "costs what per-tensor costs, and its step is never coarser); run-time LQS needs "
+    "lowering='ops' or a plan from hotcompile.calibrate"
+)
+
+
+def _lowering(config: HotConfig, kind: str, x: torch.Tensor, probe_hla: bool) -> str:
+    """``"native"`` or ``"ops"`` for one layer (``HotConfig.lowering``)."""
+    if config.lowering == "ops" or probe_hla or kind != "linear":
+        return "ops"
+    if config.lowering == "native":
+        return "native"
+    ok = (
+        x.device.type == "cuda"
+        and config.compiler != "eager"
+        and config.rounding in native.ROUNDINGS
+        and not config.warmup_steps
+    )
+    return "native" if ok else "ops"
+
+
+def _scaling(config: HotConfig, name: str, lowering: str = "ops") -> tuple[str, str]:
     """The g_x quantizer of a layer and the rule that chose it (before any calibration)."""
     entry = config.plan.get(name) if config.plan is not None else None
     if entry is not None:
         return entry.quantizer, f"plan: {entry.rule or 'given'}"
     if config.gx_scaling == "lqs":
+        if lowering == "native":
+            return "per_token", NATIVE_LQS_RULE
         return "lqs", ""
     return config.gx_scaling, f"config gx_scaling={config.gx_scaling!r}"
 
@@ -338,6 +367,56 @@ def _selected(config: HotConfig, name: str, numel: int) -> str:
     if numel < config.min_weight_numel:
         return f"weight has {numel} elements < min_weight_numel={config.min_weight_numel}"
     return ""
+
+
+def _hint(d: Any) -> int:
+    """A size as an int: its value, or the hint of a symbolic size (dynamic shapes)."""
+    try:
+        return int(d)
+    except (TypeError, RuntimeError):
+        node = getattr(d, "node", None)
+        hint = getattr(node, "hint", None)
+        return int(hint) if hint is not None else 1024
+
+
+#: why the gate keeps conv layers exact on CUDA (with prefer="speed")
+CONV_GATE_REASON = (
+    "speed: conv layers have no inductor-native HOT path yet, and the ops path is host-bound "
+    "on a GPU (ResNet-50 step 0.13x of inductor's); prefer='memory' or 'paper' keeps HOT here"
+)
+
+
+def _gate(spec: LayerSpec, kind: str, x: torch.Tensor, w: torch.Tensor) -> tuple[Speed | None, str]:
+    """``prefer="speed"`` on CUDA: the gate's times for this layer, and the reason to keep the
+    exact backward ("" when HOT is faster)."""
+    if kind != "linear" or spec.lowering != "native":
+        return None, CONV_GATE_REASON if kind != "linear" else (
+            "speed: the ops lowering is host-bound on a GPU; lowering='native' (the default "
+            "where the settings allow it) or prefer='memory' keeps HOT here"
+        )
+    I, O = _hint(x.shape[-1]), _hint(w.shape[0])
+    L = 1
+    for d in x.shape[:-1]:
+        L *= _hint(d)
+    if x.dim() == 2:
+        N, S, grid_w = 1, L, 0
+    else:
+        N = _hint(x.shape[0])
+        S = L // max(N, 1)
+        grid_w = _hint(x.shape[2]) if x.dim() == 4 else 0
+    if L == 0:
+        return None, ""
+    shape = Shape(
+        L=L, O=O, I=I, N=N, S=S, grid_w=grid_w, rows=tuple(spec.hla_rows),
+        gx_bits=spec.gx_bits, per_token=spec.gx_scaling != "per_tensor", gw_bits=spec.gw_bits,
+        gw_rounding=spec.gw_rounding, rounding=spec.rounding, weight_scale=spec.weight_scale,
+        signs=spec.hla_signs and bool(spec.hla_rows), need_gx=x.requires_grad,
+        need_gw=w.requires_grad,
+        dtype="bfloat16" if torch.is_autocast_enabled("cuda") or x.dtype == torch.bfloat16
+        else str(x.dtype).replace("torch.", ""),
+    )  # fmt: skip
+    speed = decide(shape, x.device)
+    return speed, "" if speed.hot else f"speed: {speed.describe()}"
 
 
 def _make_call(fn, spec: LayerSpec):
@@ -440,23 +519,34 @@ def rewrite(
                 skip(f"padding={_arg(node, 4, 'padding')!r} with stride {stride} is not supported")
                 continue
             conv = dict(stride=stride, padding=padding, dilation=dilation)
-        scaling, rule = _scaling(config, name)
+        lowering = _lowering(config, kind, x, probe_hla)
+        scaling, rule = _scaling(config, name, lowering)
         hla_plan = _hla_plan(config, name)
         key = _lqs_key(config, name, weights.get(w_node, gm), scaling, probe_hla)
         use_hla = config.hla and (hla_plan is None or hla_plan[0])
         signs = config.hla_signs is True or x_node in tokens
         spec = _spec(config, name, kind, scaling, key, use_hla, signs, **conv)
+        spec = dataclasses.replace(spec, lowering=lowering)
         if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
             # one row per sample: no token dimension to low-pass, INT8 quantization only
             spec = dataclasses.replace(spec, hla_rows=())
         if probe_hla:
             spec = dataclasses.replace(spec, abc=False, hla_probe=bool(spec.hla_rows))
+        speed = None
+        if config.prefer == "speed" and x.device.type == "cuda" and not config.exact:
+            speed, why = _gate(spec, kind, x, w)
+            if why:
+                plans.append(LayerPlan(name, kind, wshape, "skipped", why, speed=speed))
+                log.info("hotcompile: skip %s (%s): %s", name, kind, why)
+                continue
         path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")
         fn = hot_linear if kind == "linear" else hot_conv2d
         node.target = _make_call(fn, spec)
         node.args = (x_node, w_node, b_node)
         node.kwargs = {}
-        plans.append(LayerPlan(name, kind, wshape, path, "", spec, rule, x.requires_grad, hla_plan))
+        plans.append(
+            LayerPlan(name, kind, wshape, path, "", spec, rule, x.requires_grad, hla_plan, speed)
+        )
         log.info("hotcompile: %s (%s %s) -> %s", name, kind, "x".join(map(str, wshape)), path)
     gm.recompile()
     return plans

@@ -1,0 +1,271 @@
+"""Per layer: does HOT's backward beat the exact bf16 backward on this GPU? (``prefer="speed"``)
+
+HOT trades two bf16 GEMMs for two low-precision GEMMs (FP8 g_x, INT8 g_w over half the tokens)
+plus memory-bound passes (quantize g_y twice, the weight, and the forward's ABC compression).
+Which side wins depends on the shape: on H100, large LLM layers win by 1.3–1.6×, ViT-B's
+K = 768 layers barely, a classifier head with 1000 outputs or a 3×3 conv not at all. So the
+default takes HOT's path only where it is measured faster:
+
+- :func:`measure` (CUDA): both backwards of the layer's shape on random data, each captured in
+  a CUDA graph and replayed (device time only: the compiled step launches from inductor's
+  wrapper or a graph, not from Python), median of several replays. HOT's side is the native
+  path (:mod:`hotcompile.lowering.hot`) with the layer's settings, its forward compression
+  included. Cached per (GPU, torch, shape, settings) in memory and in
+  ``~/.cache/hotcompile/gate.json`` (``HOTCOMPILE_CACHE`` moves it), so a shape is timed once
+  per machine.
+- :func:`estimate` (no GPU, e.g. ``hotcompile report`` on meta tensors): a roofline model with
+  the H100 rates measured in ``shared/docs/hopper-gemm.md`` (bf16 ~700 TFLOP/s, FP8 ~1150,
+  INT8 ~700 on large shapes; ~2.6 TB/s for the quantize passes; a few µs per kernel).
+  It says what to expect; the decision on a GPU is the measured one.
+
+HOT is taken iff ``hot_us <= MARGIN · bf16_us``: a layer HOT does not speed up by at least
+3% keeps the exact backward (measurement noise must not flip a layer into a slower path).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import statistics
+import threading
+from typing import Any
+
+import torch
+
+#: HOT must be at least this much faster (hot/bf16 time) for the gate to pick it
+MARGIN = 0.97
+_lock = threading.Lock()
+_cache: dict[str, dict[str, float]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Speed:
+    """The gate's verdict for one layer: times of both backwards and how they were obtained."""
+
+    bf16_us: float
+    hot_us: float
+    source: str  # "measured" (this GPU) or "model" (roofline, H100 constants)
+
+    @property
+    def speedup(self) -> float:
+        return self.bf16_us / self.hot_us if self.hot_us > 0 else math.inf
+
+    @property
+    def hot(self) -> bool:
+        return self.hot_us <= MARGIN * self.bf16_us
+
+    def describe(self) -> str:
+        verdict = "HOT" if self.hot else "exact bf16"
+        return (
+            f"{self.source}: HOT {self.hot_us:.0f} µs vs bf16 {self.bf16_us:.0f} µs "
+            f"({self.speedup:.2f}x) -> {verdict}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """What a layer's backward costs depend on. ``L`` tokens (all leading dims), ``O`` outputs,
+    ``I`` inputs; ``N``, ``S``: samples × positions of HLA's geometry."""
+
+    L: int
+    O: int
+    I: int
+    N: int
+    S: int
+    grid_w: int = 0
+    rows: tuple[int, ...] = ()
+    gx_bits: int | None = 4
+    per_token: bool = True
+    gw_bits: int | None = 8
+    gw_rounding: str = "pseudo_stochastic"
+    rounding: str = "pseudo_stochastic"
+    weight_scale: str = "sawb"
+    signs: bool = False
+    need_gx: bool = True
+    need_gw: bool = True
+    dtype: str = "bfloat16"
+
+    def key(self, device_name: str) -> str:
+        return f"{device_name}|{torch.__version__}|" + repr(dataclasses.astuple(self))
+
+
+# ----------------------------------------------------------------------------- model
+
+
+#: H100 rates (hopper-gemm.md, large shapes): TFLOP/s (TOP/s for int8), and bytes/s of a pass
+RATES = {"bf16": 700e12, "fp8": 1150e12, "int8": 700e12}
+HBM = 2.6e12
+KERNEL_US = 4.0
+SMS = 132
+
+
+def _gemm_us(m: int, n: int, k: int, kind: str) -> float:
+    """Roofline time of an ``[m, k]·[k, n]`` GEMM with 128×256 tiles and wave quantization."""
+    tiles = math.ceil(m / 128) * math.ceil(n / 256)
+    waves = math.ceil(tiles / SMS)
+    eff = tiles / (waves * SMS)
+    return 2.0 * m * n * k / (RATES[kind] * eff) * 1e6 + KERNEL_US
+
+
+def _pass_us(nbytes: float, kernels: int = 1) -> float:
+    return nbytes / HBM * 1e6 + KERNEL_US * kernels
+
+
+def estimate(s: Shape) -> Speed:
+    """The roofline model of both backwards (H100 constants): what to expect without a GPU."""
+    L, O, I = s.L, s.O, s.I
+    bf16 = (_gemm_us(L, I, O, "bf16") if s.need_gx else 0.0) + (
+        _gemm_us(O, I, L, "bf16") if s.need_gw else 0.0
+    )
+    hot = 0.0
+    if s.need_gx:
+        kind = "fp8" if s.gx_bits == 4 else "int8"
+        hot += _gemm_us(L, I, O, kind) if s.gx_bits else _gemm_us(L, I, O, "bf16")
+        if s.gx_bits:
+            hot += _pass_us(L * O * 3, 1 if s.per_token else 2)  # read bf16 g_y, write codes
+            hot += _pass_us(O * I * 9, 2)  # the weight: two reads (fp32), codes
+    if s.need_gw:
+        r = len(s.rows)
+        k = L * r // 16 if r else L
+        hot += _gemm_us(O, I, k, "fp8" if "fp8" in s.gw_rounding else "int8")
+        # HLA of g_y: two reads (max-abs, codes), codes written; ABC of x in the forward too
+        hot += _pass_us(2 * L * O * 2 + k * O, 2) + _pass_us(2 * L * I * 2 + k * I, 2)
+    return Speed(bf16, hot, "model")
+
+
+# ----------------------------------------------------------------------------- measurement
+
+
+def _cache_file() -> pathlib.Path:
+    root = os.environ.get("HOTCOMPILE_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "hotcompile"
+    )
+    return pathlib.Path(root) / "gate.json"
+
+
+def _load() -> dict[str, dict[str, float]]:
+    global _cache
+    if _cache is None:
+        try:
+            _cache = json.loads(_cache_file().read_text())
+        except (OSError, ValueError):
+            _cache = {}
+    return _cache
+
+
+def _store(key: str, speed: Speed) -> None:
+    cache = _load()
+    cache[key] = {"bf16_us": speed.bf16_us, "hot_us": speed.hot_us}
+    try:
+        f = _cache_file()
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+        tmp.replace(f)
+    except OSError:  # a read-only home: the in-memory cache still holds
+        pass
+
+
+def _graph_us(fn, reps: int = 5, inner: int = 3) -> float:
+    """Median device time of ``fn`` (µs), captured once in a CUDA graph, replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up outside the graph: Triton compiles, cuBLAS handles
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    graph.replay()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / inner)
+    del graph
+    return statistics.median(times)
+
+
+def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
+    from hotcompile.lowering import hot
+
+    gy3 = gy.view(s.N, s.S, s.O)
+    x3 = x.view(s.N, s.S, s.I)
+    signs = torch.ones((s.N, s.S, 1), device=x.device, dtype=x.dtype) if s.signs else None
+
+    def run():
+        out = []
+        if s.need_gx:
+            if s.gx_bits:
+                out.append(hot.grad_input(gy, w, s.gx_bits, s.per_token, s.rounding,
+                                          s.weight_scale))  # fmt: skip
+            else:
+                out.append(gy @ w.to(gy.dtype))
+        if s.need_gw:
+            xq, sx = hot.compress(x3, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs)
+            out.append(hot.grad_weight(gy3, xq, sx, s.grid_w, s.rows, s.gw_bits,
+                                       s.gw_rounding, signs))  # fmt: skip
+        return out
+
+    return run
+
+
+def measure(s: Shape, device: torch.device) -> Speed:
+    """Both backwards of ``s`` timed on ``device`` (cached): see the module docstring."""
+    name = torch.cuda.get_device_name(device)
+    key = s.key(name)
+    with _lock:
+        hit = _load().get(key)
+        if hit is not None:
+            return Speed(hit["bf16_us"], hit["hot_us"], "measured")
+        dtype = getattr(torch, s.dtype)
+        gen = torch.Generator(device=device).manual_seed(0)
+        with torch.cuda.device(device):
+            gy = torch.randn((s.L, s.O), device=device, dtype=dtype, generator=gen)
+            x = torch.randn((s.L, s.I), device=device, dtype=dtype, generator=gen)
+            w = torch.randn((s.O, s.I), device=device, dtype=torch.float32, generator=gen)
+            wb = w.to(dtype)
+
+            def bf16():
+                if s.need_gx:
+                    torch.mm(gy, wb)
+                if s.need_gw:
+                    torch.mm(gy.t(), x)
+
+            speed = Speed(_graph_us(bf16), _graph_us(_hot_fn(s, gy, w, x)), "measured")
+        _store(key, speed)
+        return speed
+
+
+def decide(s: Shape, device: torch.device | None) -> Speed:
+    """Measured on a CUDA device (falling back to the model if the timing fails), else the
+    model's estimate."""
+    if device is not None and device.type == "cuda":
+        try:
+            return measure(s, device)
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # noqa: F841
+            torch.cuda.empty_cache()
+    return estimate(s)
+
+
+def table(speeds: dict[str, Speed]) -> list[dict[str, Any]]:
+    """Rows ``layer, bf16 µs, HOT µs, speed-up, source, verdict`` for the plan and report."""
+    return [
+        {
+            "layer": name,
+            "bf16_us": round(v.bf16_us, 1),
+            "hot_us": round(v.hot_us, 1),
+            "speedup": round(v.speedup, 2),
+            "source": v.source,
+            "hot": v.hot,
+        }
+        for name, v in speeds.items()
+    ]

@@ -1,0 +1,212 @@
+"""HOT's linear backward as graph nodes inductor compiles, fuses and launches itself.
+
+The ``ops`` path calls opaque ``torch.ops.hotcompile`` custom ops from the autograd Function's
+backward: correct, but every call runs Python (LQS lookups, the kernel dispatcher, Triton's
+launcher), and the step becomes host-bound. Here the same mathematics is written so that the
+backward graph holds only nodes inductor knows:
+
+- the quantizers: on CUDA the fused Triton kernels as ``triton_op`` nodes
+  (:mod:`hotcompile.lowering.triton_ops`), whose launches inductor emits in its wrapper;
+  elsewhere (CPU, or no Triton) the reference's own ATen functions (butterfly Hadamard,
+  max-abs, NITI rounding), which inductor fuses into the kernel that produces g_y;
+- the GEMMs: ``torch._scaled_mm`` (FP8-e4m3 carrying INT4-grid codes, the dequantization as
+  its row/tensor scales) and ``torch._int_mm`` (INT8 g_w), which inductor lowers itself.
+
+Every decision is static (made at compile time), which is what lets inductor own the step:
+
+- LQS: a plan's decision, or the configured scaling. ``"lqs"`` without a plan resolves to
+  per-token here. On this path per-token is no dearer than per-tensor (the row max-abs is
+  taken in the same pass that writes the codes, where per-tensor needs a second pass after a
+  global reduction), and its quantization step is never coarser (each row's max-abs is at
+  most the tensor's). LQS's run-time measurement needs the ``ops`` path
+  (``HotConfig.lowering="ops"``) or :func:`hotcompile.calibrate` ahead of training.
+- No NaN/Inf warning per layer (``check_nonfinite``): that needs a host read. A NaN/Inf in g_y
+  still reaches the gradients, as in the reference (``docs/numerics.md``).
+
+Numerics equal the reference ops: the codes bit for bit (the kernels are the tested ones, the
+ATen formulation is the reference itself), the GEMMs exact on INT-grid codes, and the
+dequantization the same products in the GEMM's epilogue (last-bit differences in the output
+dtype). ``tests/test_lowering.py`` checks both against ``torch.ops.hotcompile``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hotcompile.hadamard import block_hadamard, padded
+from hotcompile.hla import hla_transform, signed
+from hotcompile.quant import FP8_E4M3, quantize
+
+#: roundings the native path implements (no host-drawn seeds: ``stochastic`` needs the ops)
+ROUNDINGS = ("nearest", "pseudo_stochastic")
+ALL_ROWS = tuple(range(16))
+
+
+def use_triton(t: torch.Tensor) -> bool:
+    """The fused Triton kernels run on CUDA tensors when Triton is importable."""
+    if t.device.type != "cuda":
+        return False
+    from hotcompile.lowering import available
+
+    return available()
+
+
+def _triton_ops():
+    from hotcompile.lowering import triton_ops
+
+    return triton_ops
+
+
+# ----------------------------------------------------------------------------- quantizers
+
+
+def quantize_gy(
+    gy: torch.Tensor, bits: int, per_token: bool, rounding: str, fp8: bool, pad_rows_to: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """HQ's g_y operand: codes of ``g_y·B_O`` ``[padded(L, pad_rows_to), padded(O, 16)]``
+    (e4m3 when ``fp8``, else int8) and fp32 scales ``[L_out]`` (per token) or ``[1]``."""
+    if use_triton(gy):
+        return _triton_ops().hq_quantize(gy, bits, per_token, rounding, fp8, pad_rows_to)
+    q, s = quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding, "maxabs")
+    rows = padded(gy.shape[0], pad_rows_to) - gy.shape[0]
+    if rows:
+        q = torch.nn.functional.pad(q, (0, 0, 0, rows))
+        s = torch.nn.functional.pad(s, (0, rows)) if per_token else s
+    return (q.to(torch.float8_e4m3fn) if fp8 else q), s
+
+
+def quantize_weight(
+    w: torch.Tensor, bits: int, weight_scale: str, fp8: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """HQ's weight operand ``Q(B_O·W)`` per tensor, nearest, K-major: ``[I, padded(O, 16)]``."""
+    sawb = weight_scale == "sawb" and bits == 4
+    if use_triton(w):
+        return _triton_ops().hla_quantize(w[None], 0, list(ALL_ROWS), bits, "nearest", sawb, fp8)
+    q, s = quantize(block_hadamard(w, 0, 16), bits, False, "nearest", weight_scale)
+    q = q.t().contiguous()  # [I, O_pad] row-major: its .t() is the column-major mat2
+    return (q.to(torch.float8_e4m3fn) if fp8 else q), s
+
+
+def hla_codes(
+    x3: torch.Tensor,
+    grid_w: int,
+    rows: tuple[int, ...],
+    bits: int,
+    rounding: str,
+    signs: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """HLA's operand ``Q(T·signed(x3))`` per tensor, K-major ``[D, R]``, and its fp32 scale
+    (``rows`` empty: no projection, the rows of x3 themselves). Empty inputs give no rows."""
+    if x3.numel() == 0:
+        return x3.new_zeros((x3.shape[-1], 0), dtype=torch.int8), x3.new_zeros(
+            (1,), dtype=torch.float32
+        )
+    if rows and use_triton(x3):
+        return _triton_ops().hla_quantize(
+            x3, grid_w, list(rows), bits, rounding, False, False, signs
+        )
+    xs = signed(x3, signs)
+    t = hla_transform(xs, grid_w, rows, 16) if rows else xs.reshape(-1, xs.shape[-1]).float()
+    q, s = quantize(t, bits, False, rounding, "maxabs")
+    return q.t(), s
+
+
+# ----------------------------------------------------------------------------- GEMMs
+
+
+def _fp8_ok(*dims: int) -> bool:
+    return all(d > 0 and d % 16 == 0 for d in dims)
+
+
+def _int_mm_ok(m: int, k: int, n: int, device: torch.device) -> bool:
+    return device.type == "cpu" or (m > 16 and k % 8 == 0 and n % 8 == 0 and k > 0)
+
+
+def grad_input(
+    gy2: torch.Tensor,
+    w: torch.Tensor,
+    bits: int,
+    per_token: bool,
+    rounding: str,
+    weight_scale: str,
+) -> torch.Tensor:
+    """HQ g_x ``[L, I]`` in gy's dtype: ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``.
+
+    INT4 codes travel as e4m3 (exact) into ``torch._scaled_mm`` with the dequantization as its
+    scales (rowwise for per-token); INT8 codes into ``torch._int_mm``. Shapes a low-precision
+    GEMM cannot take (I not a multiple of 16 for FP8, of 8 for INT8) multiply the codes in
+    float32 (exact for INT4: |sum| < 49·O < 2^24) or float64 (INT8).
+    """
+    L, I = gy2.shape[0], w.shape[1]
+    fp8 = bits == 4 and _fp8_ok(I)
+    pad = 16 if fp8 else 1
+    gq, sg = quantize_gy(gy2, bits, per_token, rounding, fp8, pad)
+    wq, sw = quantize_weight(w, bits, weight_scale, fp8)  # [I, O_pad]
+    s_w = sw / 16
+    if fp8:
+        if per_token:
+            out = torch._scaled_mm(
+                gq,
+                wq.t(),
+                scale_a=sg[:, None],
+                scale_b=s_w.expand(1, I).contiguous(),
+                out_dtype=gy2.dtype,
+            )
+        else:
+            out = torch._scaled_mm(gq, wq.t(), scale_a=sg, scale_b=s_w, out_dtype=gy2.dtype)
+        return out[:L]
+    s_row = sg[:, None] if per_token else sg
+    if bits == 8 and _int_mm_ok(gq.shape[0], gq.shape[1], I, gq.device):
+        acc = torch._int_mm(gq, wq.t().contiguous().t()).to(torch.float32)
+    else:
+        dt = torch.float32 if bits == 4 else torch.float64
+        acc = (gq.to(dt) @ wq.t().to(dt)).to(torch.float32)
+    return (acc * s_row * s_w).to(gy2.dtype)[:L]
+
+
+def grad_weight(
+    gy3: torch.Tensor,
+    xq: torch.Tensor,
+    sx: torch.Tensor,
+    grid_w: int,
+    rows: tuple[int, ...],
+    bits: int,
+    rounding: str,
+    signs: torch.Tensor | None,
+) -> torch.Tensor:
+    """HLA g_w ``[O, I]`` float32 from ``gy3 [N, S, O]`` and the saved ``xq [R, I]``
+    (column-major, as :func:`compress` returns it): ``s_g·s_x·(g̃qᵀ·x̃q)/16`` (no /16 without
+    HLA), times n/r with signs (the unbiasing factor of ``hla_signs``)."""
+    O, I = gy3.shape[-1], xq.shape[1]
+    if gy3.numel() == 0 or xq.shape[0] == 0:  # no tokens: nothing to sum
+        return gy3.new_zeros((O, I), dtype=torch.float32)
+    gqt, sg = hla_codes(gy3, grid_w, rows, bits, rounding, signs)  # [O, R]
+    scale = sg * sx / (16 if rows else 1)
+    R = gqt.shape[1]
+    if rounding == FP8_E4M3:
+        if _fp8_ok(O, R, I):
+            one = torch.ones((), dtype=torch.float32, device=gqt.device)
+            gw = torch._scaled_mm(
+                gqt.contiguous(), xq, scale_a=scale, scale_b=one, out_dtype=torch.float32
+            )
+        else:
+            gw = (gqt.to(torch.float32) @ xq.to(torch.float32)) * scale
+    elif _int_mm_ok(O, R, I, gqt.device):
+        gw = torch._int_mm(gqt.contiguous(), xq).to(torch.float32) * scale
+    else:
+        gw = (gqt.to(torch.float64) @ xq.to(torch.float64)).to(torch.float32) * scale
+    return gw if signs is None else gw * (16 / len(rows))
+
+
+def compress(
+    x3: torch.Tensor,
+    grid_w: int,
+    rows: tuple[int, ...],
+    bits: int,
+    rounding: str,
+    signs: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ABC: the forward's saved ``Q(T·x)`` as ``[R, D]`` column-major (K-major for the g_w
+    GEMM) and its scale — :func:`hotcompile.ops.abc_compress` without the op layer."""
+    codes, scale = hla_codes(x3, grid_w, rows, bits, rounding, signs)
+    return codes.t(), scale

@@ -1,0 +1,134 @@
+"""HOT's fused quantize kernels as ``torch.library.triton_op``: launched by inductor's wrapper.
+
+The kernels are the ones in ``hotcompile.kernels`` (bit-exact with the reference ops, tested
+there); what changes is who launches them. Through a ``torch.library.custom_op`` every call
+went through Python — the op layer, LQS lookups, the dispatcher, Triton's launcher — about
+0.2–0.6 ms per call on the H100 machine's host, more than the kernels themselves
+(``tools/repros/host_overhead.py``). A ``triton_op`` body is traced by inductor: the
+allocations become graph buffers and each ``wrap_triton`` launch is emitted into inductor's
+generated wrapper, like the kernels inductor writes itself. Nothing here runs Python per call.
+
+Only traceable host code is allowed in the bodies: shapes, no ``.item()``, no RNG seeds drawn on
+the host (so no ``"stochastic"`` rounding: the native path takes ``nearest`` and
+``pseudo_stochastic``), no scratch pools (a ``torch.zeros`` word for the atomics instead).
+
+Importing this module needs Triton; ``hotcompile.lowering.available()`` says whether it can.
+"""
+
+from typing import Optional
+
+import torch
+import triton
+from torch.library import triton_op, wrap_triton
+
+from hotcompile.hadamard import padded
+from hotcompile.kernels.hla_triton import BLOCK_B, BLOCK_D, _hla_quant_kernel, hla_rows_count
+from hotcompile.kernels.hla_triton import ROUNDINGS as HLA_ROUNDINGS
+from hotcompile.kernels.hq_triton import ROUNDINGS as HQ_ROUNDINGS
+from hotcompile.kernels.hq_triton import _config, _hq_quant_kernel
+from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, qmax
+
+LIB = "hotcompile_lowering"
+
+
+def _code_dtype(fp8: bool) -> torch.dtype:
+    return torch.float8_e4m3fn if fp8 else torch.int8
+
+
+@triton_op(f"{LIB}::hq_quantize", mutates_args=())
+def hq_quantize(
+    gy: torch.Tensor, bits: int, per_token: bool, rounding: str, fp8: bool, pad_rows_to: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding)`` of ``gy [L, O]``:
+    codes ``[padded(L, pad_rows_to), padded(O, 16)]`` (e4m3 INT-grid values when ``fp8``,
+    else int8; padded rows are zero codes with zero scale) and fp32 scales ``[L_out]`` or
+    ``[1]``. One launch per token, two per tensor (max-abs by atomics, then the codes)."""
+    if gy.stride(-1) != 1:
+        gy = gy.contiguous()
+    L, O = gy.shape
+    l_out, o_pad = padded(L, pad_rows_to), padded(O, 16)
+    codes = torch.empty((l_out, o_pad), dtype=_code_dtype(fp8), device=gy.device)
+    scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
+    block_l, bo, nchunk, warps = _config(o_pad, None)
+    grid = (triton.cdiv(l_out, block_l),)
+    common = dict(
+        ROUNDING=HQ_ROUNDINGS[rounding],
+        QMAX=qmax(bits),
+        PM=PSEUDO_BITS[bits],
+        NCHUNK=nchunk,
+        BLOCK_L=block_l,
+        BLOCK_O=bo,
+        SAWB=False,
+        num_warps=warps,
+    )
+    args = (L, O, l_out, o_pad, gy.stride(0), codes.stride(0), 0, float(L * o_pad))
+    kernel = wrap_triton(_hq_quant_kernel)
+    if per_token:
+        kernel[grid](gy, codes, scales, scales, scales, *args, MODE=0, **common)
+    else:
+        amax = torch.zeros((1,), dtype=torch.int32, device=gy.device)
+        kernel[grid](gy, codes, scales, amax, scales, *args, MODE=1, **common)
+        kernel[grid](gy, codes, scales, amax, scales, *args, MODE=2, **common)
+    return codes, scales
+
+
+@triton_op(f"{LIB}::hla_quantize", mutates_args=())
+def hla_quantize(
+    x: torch.Tensor,
+    grid_w: int,
+    rows: list[int],
+    bits: int,
+    rounding: str,
+    sawb: bool,
+    fp8_codes: bool,
+    signs: Optional[torch.Tensor] = None,  # noqa: UP045 (schema inference)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize(hla_transform(signed(x, signs), grid_w, rows), bits, False, rounding)`` for
+    ``x [N, S, D]``, per tensor: codes written K-major as ``[D, R]`` (what the weight-gradient
+    GEMM and HQ's weight operand want) and the fp32 scale ``[1]``.
+
+    With ``rows = range(16)`` over a weight ``W[None]`` this is HQ's weight quantizer along O
+    (``sawb``: the SAWB scale, 4-bit). ``rounding=FP8_E4M3`` gives e4m3 codes with the
+    max-abs/448 scale (``gw_format="fp8"``); ``fp8_codes`` stores INT-grid codes as e4m3.
+    """
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    N, S, D = x.shape
+    nb, H, W, nbw = hla_rows_count(S, grid_w)
+    nr = len(rows)
+    rp = triton.next_power_of_2(nr)
+    G = N * nb
+    R = G * nr
+    packed = 0
+    for k in range(rp):
+        packed |= (int(rows[k]) if k < nr else 16) << (5 * k)
+    fp8 = rounding == FP8_E4M3
+    codes = torch.empty((D, R), dtype=_code_dtype(fp8 or fp8_codes), device=x.device)
+    scale = torch.empty((1,), dtype=torch.float32, device=x.device)
+    words = torch.zeros((3 if sawb else 1,), dtype=torch.int32, device=x.device)
+    amax = words[:1]
+    stats = words[1:].view(torch.float32) if sawb else scale
+    block_d = min(BLOCK_D, triton.next_power_of_2(D))
+    grid = (triton.cdiv(G, BLOCK_B), triton.cdiv(D, block_d))
+    sp = signs.reshape(N * S) if signs is not None else scale
+    args = (x, codes, scale, amax, stats, sp, G, D, R, nb, S, H, W, nbw)
+    args = (*args, x.stride(0), x.stride(1), 0, float(R * D))
+    common = dict(
+        TRANS=True,
+        PATCH=grid_w > 0,
+        SAWB=sawb and bits == 4,
+        SIGNS=signs is not None,
+        ROWS=packed,
+        NR=nr,
+        RP=rp,
+        ROUNDING=HLA_ROUNDINGS[rounding],
+        QMAX=int(FP8_MAX) if fp8 else qmax(bits),
+        PM=PSEUDO_BITS[bits],
+        BLOCK_B=BLOCK_B,
+        BLOCK_D=block_d,
+        num_warps=4,
+    )
+    kernel = wrap_triton(_hla_quant_kernel)
+    kernel[grid](*args, MODE=1, **common)
+    kernel[grid](*args, MODE=2, **common)
+    return codes, scale

@@ -1,0 +1,135 @@
+"""The native lowering on CUDA: the ``triton_op`` quantize kernels through inductor.
+
+Skipped without CUDA + Triton. Run on the GPU machine (tools/results/gpu_tests.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import hotcompile
+from hotcompile.lowering import available, hot
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not available(), reason="needs CUDA and Triton"),
+]
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int = 256, h: int = 512, out: int = 384) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d, h)
+        self.fc2 = nn.Linear(h, out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+def _grads(options: dict, x: torch.Tensor, autocast: bool = False) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    model = MLP().cuda()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="hot", options=options)
+    xx = x.clone().requires_grad_(True)
+    with torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+        out = compiled(xx)
+    (out.float() * torch.linspace(-1, 1, out.shape[-1], device="cuda")).square().sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    grads["x"] = xx.grad.clone()
+    return grads
+
+
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor"])
+def test_triton_codes_equal_the_reference(scaling: str) -> None:
+    gy = torch.randn(300, 200, device="cuda") * 4
+    per_token = scaling == "per_token"
+    q, s = hot.quantize_gy(gy, 4, per_token, "pseudo_stochastic", True, 16)
+    from hotcompile.hadamard import block_hadamard
+    from hotcompile.quant import quantize
+
+    rq, rs = quantize(block_hadamard(gy, 1, 16), 4, per_token, "pseudo_stochastic", "maxabs")
+    assert torch.equal(q[:300].float(), rq.float())
+    assert torch.equal(s[: rs.numel()], rs)
+
+
+@pytest.mark.parametrize("signs", [False, True])
+def test_native_cuda_inductor_agrees_with_ops(signs: bool) -> None:
+    """fp32 inputs, inductor on both sides: the last layer's g_w identical, the rest at HOT's
+    quantization noise (a last-bit change of g_y flips pseudo-stochastic roundings)."""
+    x = torch.randn(8, 64, 256, device="cuda")
+    base = {"gx_scaling": "per_token", "hla_signs": signs, "prefer": "paper"}
+    ops = _grads({**base, "lowering": "ops"}, x)
+    nat = _grads({**base, "lowering": "native"}, x)
+    torch.testing.assert_close(nat["fc2.weight"], ops["fc2.weight"], rtol=1e-5, atol=1e-5)
+    for k in ops:
+        rel = (nat[k] - ops[k]).norm() / ops[k].norm()
+        assert rel < 0.1, (k, rel)
+
+
+def test_native_bf16_autocast_close_to_exact() -> None:
+    x = torch.randn(8, 64, 256, device="cuda")
+    exact = _grads({"exact": True}, x, autocast=True)
+    nat = _grads({"lowering": "native", "prefer": "paper"}, x, autocast=True)
+    for k in exact:
+        rel = (nat[k] - exact[k]).norm() / exact[k].norm()
+        assert rel < 0.5, (k, rel)  # INT4 g_x / HLA g_w: noisy, never wrong by ~1
+
+
+def test_native_generated_code_has_no_python_op() -> None:
+    """Inductor's wrapper launches the quantize kernels itself: no ``torch.ops.hotcompile``
+    call, and the GEMMs are _scaled_mm / _int_mm."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    model = MLP().cuda()
+    compiled = torch.compile(model, backend="hot", options={"prefer": "paper"})
+    x = torch.randn(8, 64, 256, device="cuda", requires_grad=True)
+
+    def step():
+        compiled(x).sum().backward()
+
+    _, codes = run_and_get_code(step)
+    src = "\n".join(codes)
+    assert "torch.ops.hotcompile." not in src
+    assert "_hq_quant_kernel" in src and "_hla_quant_kernel" in src
+    assert "_scaled_mm" in src and "_int_mm" in src
+
+
+def test_native_reduce_overhead_trains() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = MLP().cuda()
+    compiled = torch.compile(
+        model, backend="hot", options={"mode": "reduce-overhead", "prefer": "paper"}
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 64, 256, device="cuda")
+    losses = []
+    for _ in range(8):
+        torch.compiler.cudagraph_mark_step_begin()
+        with torch.autocast("cuda", torch.bfloat16):
+            loss = compiled(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0]
+
+
+def test_speed_gate_measures_and_reports() -> None:
+    """prefer='speed' (default) times both backwards per shape: every linear layer is either
+    HOT with a speed-up, or skipped with both times in its reason."""
+    torch._dynamo.reset()
+    backend = hotcompile.HotBackend()
+    model = MLP().cuda()
+    with torch.autocast("cuda", torch.bfloat16):
+        torch.compile(model, backend=backend)(torch.randn(8, 64, 256, device="cuda")).sum()
+    for p in backend.layers:
+        assert p.speed is not None and p.speed.source == "measured"
+        assert (p.path == "hot") == p.speed.hot
+        if p.path == "skipped":
+            assert "µs" in p.reason
