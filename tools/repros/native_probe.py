@@ -130,7 +130,7 @@ def step_time(model_name: str, variant: str, steps: int) -> dict:
             "skipped": sum(p.path == "skipped" for p in backend.layers),
             "reasons": sorted({p.reason[:90] for p in backend.layers if p.reason}),
         }
-    del c, m, opt
+    step = c = m = opt = None  # free the model before the next variant
     torch.cuda.empty_cache()
     return res
 
