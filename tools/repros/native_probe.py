@@ -49,6 +49,57 @@ def gate_table(rows: list[dict]) -> None:
                   f"{e.hot_us:7.1f} {e.speedup:5.2f}x", flush=True)  # fmt: skip
 
 
+def stages(rows: list[dict]) -> None:
+    """Device time of each stage of HOT's native backward for a few shapes (CUDA graphs)."""
+
+    for name, n, s, O, I in (("vit.qkv", 128, 197, 2304, 768), ("vit.fc1", 128, 197, 3072, 768),
+                             ("llama.down", 4, 2048, 2048, 8192)):  # fmt: skip
+        _stages_of(rows, name, n, s, O, I)
+
+
+def _stages_of(rows: list[dict], name: str, n: int, s: int, O: int, I: int) -> None:
+    from hotcompile.lowering import hot
+
+    dev = torch.device("cuda")
+    hla = (0, 2, 3, 8, 10, 11, 12, 14)
+    if True:
+        L = n * s
+        gy = torch.randn(L, O, device=dev, dtype=torch.bfloat16)
+        x = torch.randn(L, I, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(O, I, device=dev)
+        wb = w.bfloat16()
+        gq, sg = hot.quantize_gy(gy, 4, True, "pseudo_stochastic", True, 16)
+        wq, sw = hot.quantize_weight(w, 4, "sawb", True)
+        xq, sx = hot.compress(x.view(n, s, I), 0, hla, 8, "pseudo_stochastic", None)
+        gqt, sgg = hot.hla_codes(gy.view(n, s, O), 0, hla, 8, "pseudo_stochastic", None)
+        xf, sxf = hot.compress(x.view(n, s, I), 0, hla, 8, "fp8_e4m3", None)
+        gf, sgf = hot.hla_codes(gy.view(n, s, O), 0, hla, 8, "fp8_e4m3", None)
+        one = torch.ones((), device=dev)
+        swb = (sw / 16).expand(1, I).contiguous()
+        pieces = {
+            "bf16 g_x mm": lambda: torch.mm(gy, wb),
+            "bf16 g_w mm": lambda: torch.mm(gy.t(), x),
+            "hq_quantize g_y": lambda: hot.quantize_gy(gy, 4, True, "pseudo_stochastic", True, 16),
+            "weight quantize": lambda: hot.quantize_weight(w, 4, "sawb", True),
+            "g_x _scaled_mm rowwise": lambda: torch._scaled_mm(
+                gq, wq.t(), scale_a=sg[:, None], scale_b=swb, out_dtype=torch.bfloat16),
+            "hla codes g_y (int8)": lambda: hot.hla_codes(
+                gy.view(n, s, O), 0, hla, 8, "pseudo_stochastic", None),
+            "abc compress x (int8)": lambda: hot.compress(
+                x.view(n, s, I), 0, hla, 8, "pseudo_stochastic", None),
+            "g_w _int_mm": lambda: torch._int_mm(gqt.contiguous(), xq),
+            "g_w _scaled_mm fp8": lambda: torch._scaled_mm(
+                gf.contiguous(), xf, scale_a=one, scale_b=one, out_dtype=torch.float32),
+            "HOT total (int8 g_w)": gate._hot_fn(gate.Shape(L, O, I, n, s, rows=hla), gy, w, x),
+            "HOT total (fp8 g_w)": gate._hot_fn(
+                gate.Shape(L, O, I, n, s, rows=hla, gw_rounding="fp8_e4m3"), gy, w, x),
+        }  # fmt: skip
+        for k, fn in pieces.items():
+            us = gate._graph_us(fn)
+            rows.append({"shape": name, "stage": k, "us": us})
+            print(f"{name:11s} {k:26s} {us:8.1f} us", flush=True)
+
+
 def build(model: str):
     if model == "vit":
         import timm
@@ -144,11 +195,15 @@ def main() -> None:
     ap.add_argument("--models", default="vit")
     ap.add_argument("--variants", default="inductor,hot,hot_paper,inductor_cg,hot_cg,hot_paper_cg")
     ap.add_argument("--no-gate", action="store_true")
+    ap.add_argument("--stages", action="store_true", help="time each stage of HOT's backward")
     a = ap.parse_args()
     res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "gate": []}
     if not a.no_gate:
         gate_table(res["gate"])
-    for model in a.models.split(","):
+    if a.stages:
+        res["stages"] = []
+        stages(res["stages"])
+    for model in filter(None, a.models.split(",")):
         for v in a.variants.split(","):
             try:
                 r = step_time(model, v, a.steps)
