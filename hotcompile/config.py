@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 ROUNDINGS = ("stochastic", "pseudo_stochastic", "nearest")
-GW_FORMATS = ("int8", "fp8")
+GW_FORMATS = ("auto", "int8", "fp8")
 WEIGHT_SCALES = ("sawb", "maxabs")
 GX_SCALINGS = ("lqs", "per_token", "per_tensor")
 LQS_METRICS = ("transformed", "raw")
@@ -61,10 +61,15 @@ class HotConfig:
         gx_bits: bit-width of the g_x path (HQ): 4 (paper), 8, or None for an exact g_x.
         gw_bits: bit-width of the g_w path (HLA operands): 8 (paper), 4, or None for
             unquantized operands.
-        gw_format: the 8-bit g_w codes: ``"int8"`` (paper: integer codes, s8 × s8 → s32 GEMM)
-            or ``"fp8"`` (FP8-e4m3 values with a max-abs/448 scale; needs ``gw_bits=8``). The
-            FP8 path runs fused on CUDA too (the HLA kernel writes e4m3 codes, e4m3 GEMMs);
-            its accuracy is in tools/results/accuracy.md (variant ``hot_fp8_gw``).
+        gw_format: the 8-bit g_w codes: ``"int8"`` (paper: integer codes, s8 × s8 → s32 GEMM),
+            ``"fp8"`` (FP8-e4m3 values with a max-abs/448 scale; needs ``gw_bits=8``) or
+            ``"auto"`` (default): FP8 on the native lowering, INT8 elsewhere. Why: on Hopper the
+            FP8 GEMM of the g_w path is 1.5–2.5× faster than ``torch._int_mm`` (H100, ViT-B
+            qkv 38 vs 66 µs, fc1 51 vs 127 µs, LLM down 107 vs 158 µs;
+            tools/results/native_stages_h100.md) and decides whether HOT beats bf16 at all on
+            LLM layers; its accuracy matches INT8's within the seeds' spread (CPU study, variant
+            ``hot_fp8_gw`` in tools/results/accuracy.md). The paper chose INT8 for GPUs without
+            FP8. ``gw_bits=4`` always uses INT codes.
         hla: apply HLA (the low-rank projection along L) on the g_w path. With a plan from
             :func:`hotcompile.calibrate`, a layer whose plan entry says ``hla=False`` runs its
             g_w path without the projection (INT8 of x and g_y only; the forward then saves
@@ -180,7 +185,7 @@ class HotConfig:
     hadamard: bool = True
     gx_bits: int | None = 4
     gw_bits: int | None = 8
-    gw_format: str = "int8"
+    gw_format: str = "auto"
     hla: bool = True
     hla_signs: bool | str = "auto"
     hla_threshold: float | None = 0.6
@@ -231,7 +236,7 @@ class HotConfig:
         choice("gx_scaling", GX_SCALINGS)
         choice("rounding", ROUNDINGS)
         choice("gw_format", GW_FORMATS)
-        if self.gw_format == "fp8" and self.gw_bits != 8:
+        if self.gw_format == "fp8" and self.gw_bits != 8:  # "auto" is INT8 then
             raise bad(
                 "gw_format",
                 "fp8",

@@ -639,7 +639,7 @@ def _layer(
         path=plan.path, reason=plan.reason, gx_bits=gx_bits if path.rewritten else None,
         gw_bits=gw_bits if path.hot_gw else None, n=n, r=rows if hla else n,
         quantizer=_quantizer(plan), weight_grad=node.weight_grad, formulas=f, values=values,
-        gw_format=spec.gw_format if spec is not None else config.gw_format,
+        gw_format=spec.gw_format if spec is not None else _report_gw_format(config),
     )  # fmt: skip
 
 
@@ -865,3 +865,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_run)
     return p
+
+
+def _report_gw_format(config: HotConfig) -> str:
+    """The g_w codes a layer the report did not rewrite would get (``"auto"`` resolved as for
+    the ops lowering: INT8)."""
+    return "int8" if config.gw_format == "auto" else config.gw_format

@@ -121,7 +121,7 @@ class LayerPlan:
                 else (
                     f"{'HLA r=' + str(len(s.hla_rows)) + ' ' if s.hla_rows else ''}"
                     f"{'signs ' if s.hla_rows and s.hla_signs else ''}"
-                    f"{'INT' + str(s.gw_bits) if s.gw_bits else 'fp32'}"
+                    f"{_gw_codes(s)}"
                 )
             )
         gx = "-"
@@ -148,6 +148,13 @@ class LayerPlan:
         if choice is None or choice[0]:
             return ""
         return f"HLA off: {choice[2]}" if choice[2] else "HLA off by plan"
+
+
+def _gw_codes(s: LayerSpec) -> str:
+    """The g_w path's code format in the plan table: INT8, FP8 (e4m3) or fp32."""
+    if not s.gw_bits:
+        return "fp32"
+    return "FP8" if s.gw_format == "fp8" and s.gw_bits == 8 else f"INT{s.gw_bits}"
 
 
 _SUBSCRIPT = re.compile(r"\._modules\[['\"]([^'\"]+)['\"]\]|\[['\"]([^'\"]+)['\"]\]|\[(\d+)\]")
@@ -272,6 +279,14 @@ def _lowering(config: HotConfig, kind: str, x: torch.Tensor, probe_hla: bool) ->
     return "native" if ok else "ops"
 
 
+def _gw_format(config: HotConfig, lowering: str) -> str:
+    """``gw_format="auto"``: FP8-e4m3 g_w codes on the native path (Hopper's FP8 GEMM is the
+    fast one), INT8 elsewhere and whenever g_w is not 8 bits."""
+    if config.gw_format != "auto":
+        return config.gw_format
+    return "fp8" if lowering == "native" and config.gw_bits == 8 else "int8"
+
+
 def _scaling(config: HotConfig, name: str, lowering: str = "ops") -> tuple[str, str]:
     """The g_x quantizer of a layer and the rule that chose it (before any calibration)."""
     entry = config.plan.get(name) if config.plan is not None else None
@@ -344,7 +359,7 @@ def _spec(
         lqs_key=key,
         weight_scale=config.weight_scale,
         gw_bits=config.gw_bits,
-        gw_format=config.gw_format,
+        gw_format=_gw_format(config, "ops"),
         hla_rows=hla_rows(config.hla_rows, config.rank, config.block_size) if hla else (),
         block=config.block_size,
         rounding=config.rounding,
@@ -526,7 +541,7 @@ def rewrite(
         use_hla = config.hla and (hla_plan is None or hla_plan[0])
         signs = config.hla_signs is True or x_node in tokens
         spec = _spec(config, name, kind, scaling, key, use_hla, signs, **conv)
-        spec = dataclasses.replace(spec, lowering=lowering)
+        spec = dataclasses.replace(spec, lowering=lowering, gw_format=_gw_format(config, lowering))
         if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
             # one row per sample: no token dimension to low-pass, INT8 quantization only
             spec = dataclasses.replace(spec, hla_rows=())

@@ -52,6 +52,7 @@ def test_native_equals_ops(scaling: str, signs: bool) -> None:
     their gradients agree to the quantization noise, not bit for bit."""
     x = torch.randn(4, 32, 32)
     base = {"compiler": "aot_eager", "gx_scaling": scaling, "hla_signs": signs}
+    base["gw_format"] = "int8"  # "auto" is FP8 on the native path: compare like with like
     ops = _grads({**base, "lowering": "ops"}, x)
     nat = _grads({**base, "lowering": "native"}, x)
     assert torch.equal(ops["fc2.weight"], nat["fc2.weight"])
@@ -131,6 +132,15 @@ def test_native_takes_a_plans_quantizer() -> None:
     torch.compile(MLP(), backend=backend)(x).sum().backward()
     q = {p.name: p.quantizer for p in backend.layers}
     assert q == {"fc1": "per_tensor", "fc2": "per_token"}
+
+
+@pytest.mark.parametrize("lowering, fmt", [("native", "fp8"), ("ops", "int8")])
+def test_gw_format_auto_is_fp8_on_the_native_path(lowering: str, fmt: str) -> None:
+    torch._dynamo.reset()
+    backend = hotcompile.HotBackend(compiler="aot_eager", lowering=lowering)
+    torch.compile(MLP(), backend=backend)(torch.randn(2, 16, 32)).sum().backward()
+    assert {p.spec.gw_format for p in backend.layers} == {fmt}
+    assert all(fmt.upper() in p.describe()["g_w"] for p in backend.layers)
 
 
 def test_auto_lowering_is_ops_on_cpu() -> None:

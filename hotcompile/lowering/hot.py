@@ -42,6 +42,13 @@ ROUNDINGS = ("nearest", "pseudo_stochastic")
 ALL_ROWS = tuple(range(16))
 
 
+def _plain(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t`` detached: the kernels' operands never carry autograd history (the Function owns
+    the backward), and ``triton_op``'s functionalization must not see a leaf that requires
+    grad (a weight) as a kernel argument."""
+    return t.detach() if t is not None else None
+
+
 def use_triton(t: torch.Tensor) -> bool:
     """The fused Triton kernels run on CUDA tensors when Triton is importable."""
     if t.device.type != "cuda":
@@ -66,7 +73,7 @@ def quantize_gy(
     """HQ's g_y operand: codes of ``g_y·B_O`` ``[padded(L, pad_rows_to), padded(O, 16)]``
     (e4m3 when ``fp8``, else int8) and fp32 scales ``[L_out]`` (per token) or ``[1]``."""
     if use_triton(gy):
-        return _triton_ops().hq_quantize(gy, bits, per_token, rounding, fp8, pad_rows_to)
+        return _triton_ops().hq_quantize(_plain(gy), bits, per_token, rounding, fp8, pad_rows_to)
     q, s = quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding, "maxabs")
     rows = padded(gy.shape[0], pad_rows_to) - gy.shape[0]
     if rows:
@@ -81,7 +88,9 @@ def quantize_weight(
     """HQ's weight operand ``Q(B_O·W)`` per tensor, nearest, K-major: ``[I, padded(O, 16)]``."""
     sawb = weight_scale == "sawb" and bits == 4
     if use_triton(w):
-        return _triton_ops().hla_quantize(w[None], 0, list(ALL_ROWS), bits, "nearest", sawb, fp8)
+        return _triton_ops().hla_quantize(
+            _plain(w)[None], 0, list(ALL_ROWS), bits, "nearest", sawb, fp8
+        )
     q, s = quantize(block_hadamard(w, 0, 16), bits, False, "nearest", weight_scale)
     q = q.t().contiguous()  # [I, O_pad] row-major: its .t() is the column-major mat2
     return (q.to(torch.float8_e4m3fn) if fp8 else q), s
@@ -103,12 +112,12 @@ def hla_codes(
         )
     if rows and use_triton(x3):
         return _triton_ops().hla_quantize(
-            x3, grid_w, list(rows), bits, rounding, False, False, signs
+            _plain(x3), grid_w, list(rows), bits, rounding, False, False, _plain(signs)
         )
     xs = signed(x3, signs)
     t = hla_transform(xs, grid_w, rows, 16) if rows else xs.reshape(-1, xs.shape[-1]).float()
     q, s = quantize(t, bits, False, rounding, "maxabs")
-    return q.t(), s
+    return q.t().contiguous(), s  # [D, R] row-major, as the kernel writes it
 
 
 # ----------------------------------------------------------------------------- GEMMs
