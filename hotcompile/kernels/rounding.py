@@ -69,11 +69,10 @@ def sawb_scale(amax, ssq, sab, numel, QMAX: tl.constexpr):
 
     Max-abs when α ≤ 0; a non-finite max-abs stays visible in the scale.
     """
-    # a float argument launched by inductor's wrapper (triton_op) can arrive as fp64: the
-    # statistics and the count are float32 here, as in the reference
-    n = numel.to(tl.float32)
-    rms = tl.sqrt_rn(ssq.to(tl.float32) / n)
-    alpha = 12.1 * rms - 12.2 * (sab.to(tl.float32) / n)
+    # the count can arrive as fp64 (torch.library.triton_op's analysis and inductor's
+    # wrapper type a Python float so) or as a Python float: divide, then float32 either way
+    rms = tl.sqrt_rn((ssq / numel).to(tl.float32))
+    alpha = 12.1 * rms - 12.2 * (sab / numel).to(tl.float32)
     alpha = tl.where(alpha > 0, tl.minimum(alpha, amax), amax)
     alpha = tl.where(amax <= _FLT_MAX, alpha, amax)
     return alpha * (1.0 / QMAX)
