@@ -162,7 +162,10 @@ def grad_input(
                 out_dtype=gy2.dtype,
             )
         else:
-            out = torch._scaled_mm(gq, wq.t(), scale_a=sg, scale_b=s_w, out_dtype=gy2.dtype)
+            # tensorwise scales as 0-d tensors: inductor's lowering recognises that recipe
+            out = torch._scaled_mm(
+                gq, wq.t(), scale_a=sg.reshape(()), scale_b=s_w.reshape(()), out_dtype=gy2.dtype
+            )
         return out[:L]
     s_row = sg[:, None] if per_token else sg
     if bits == 8 and _int_mm_ok(gq.shape[0], gq.shape[1], I, gq.device):
@@ -196,7 +199,11 @@ def grad_weight(
         if _fp8_ok(O, R, I):
             one = torch.ones((), dtype=torch.float32, device=gqt.device)
             gw = torch._scaled_mm(
-                gqt.contiguous(), xq, scale_a=scale, scale_b=one, out_dtype=torch.float32
+                gqt.contiguous(),
+                xq,
+                scale_a=scale.reshape(()),
+                scale_b=one,
+                out_dtype=torch.float32,
             )
         else:
             gw = (gqt.to(torch.float32) @ xq.to(torch.float32)) * scale
