@@ -60,7 +60,7 @@ def test_native_cuda_inductor_agrees_with_ops(signs: bool) -> None:
     """fp32 inputs, inductor on both sides: the last layer's g_w identical, the rest at HOT's
     quantization noise (a last-bit change of g_y flips pseudo-stochastic roundings)."""
     x = torch.randn(8, 64, 256, device="cuda")
-    base = {"gx_scaling": "per_token", "hla_signs": signs, "prefer": "paper"}
+    base = {"gx_scaling": "per_token", "hla_signs": signs, "prefer": "paper", "gw_format": "int8"}
     ops = _grads({**base, "lowering": "ops"}, x)
     nat = _grads({**base, "lowering": "native"}, x)
     torch.testing.assert_close(nat["fc2.weight"], ops["fc2.weight"], rtol=1e-5, atol=1e-5)
@@ -69,13 +69,18 @@ def test_native_cuda_inductor_agrees_with_ops(signs: bool) -> None:
         assert rel < 0.1, (k, rel)
 
 
-def test_native_bf16_autocast_close_to_exact() -> None:
+def test_native_bf16_autocast_as_close_to_exact_as_the_ops() -> None:
+    """bf16 autocast, defaults (FP8 g_w on the native path, INT8 on the ops path): the native
+    gradients are as far from the exact ones as the reference path's, give or take (HLA's
+    low-pass alone loses about half of g_w on random data, so "close" is relative)."""
     x = torch.randn(8, 64, 256, device="cuda")
     exact = _grads({"exact": True}, x, autocast=True)
+    ops = _grads({"lowering": "ops", "prefer": "paper", "gx_scaling": "per_token"}, x, True)
     nat = _grads({"lowering": "native", "prefer": "paper"}, x, autocast=True)
     for k in exact:
-        rel = (nat[k] - exact[k]).norm() / exact[k].norm()
-        assert rel < 0.5, (k, rel)  # INT4 g_x / HLA g_w: noisy, never wrong by ~1
+        e_ops = ((ops[k] - exact[k]).norm() / exact[k].norm()).item()
+        e_nat = ((nat[k] - exact[k]).norm() / exact[k].norm()).item()
+        assert e_nat < 1.25 * e_ops + 0.02, (k, e_nat, e_ops)
 
 
 def test_native_generated_code_has_no_python_op() -> None:
@@ -95,7 +100,10 @@ def test_native_generated_code_has_no_python_op() -> None:
     src = "\n".join(codes)
     assert "torch.ops.hotcompile." not in src
     assert "_hq_quant_kernel" in src and "_hla_quant_kernel" in src
-    assert "_scaled_mm" in src and "_int_mm" in src
+    assert "_scaled_mm" in src  # FP8 g_x and (gw_format "auto") FP8 g_w
+    # no copy of g_y or x for the kernels: triton_op's mutation analysis must see them as
+    # read-only (a store address derived from a loading call's result made g_y "written")
+    assert "clone_default" not in src
 
 
 def test_native_reduce_overhead_trains() -> None:

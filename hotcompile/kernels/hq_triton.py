@@ -53,8 +53,13 @@ def _bfly(y, R: tl.constexpr, H: tl.constexpr):
 
 
 @triton.jit
-def _load_ht(gy_ptr, stride_g, rows64, rmask, c0, O, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr):
-    cols = c0 + tl.arange(0, BLOCK_O)
+def _load_ht(
+    gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr
+):
+    """The transformed tile ``[BLOCK_L, BLOCK_O]`` of g_y at columns ``cols``. The caller
+    computes ``cols``: a store address derived from a value this function returns would make
+    ``torch.library.triton_op``'s mutation analysis (which walks back from each store through
+    the call's arguments) count ``gy_ptr`` as written, and inductor would clone g_y."""
     mask = rmask[:, None] & (cols < O)[None, :]
     x = tl.load(gy_ptr + rows64[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
     R: tl.constexpr = BLOCK_L * BLOCK_O // 16
@@ -63,7 +68,7 @@ def _load_ht(gy_ptr, stride_g, rows64, rmask, c0, O, BLOCK_L: tl.constexpr, BLOC
     y = _bfly(y, R, 2)
     y = _bfly(y, R, 4)
     y = _bfly(y, R, 8)
-    return tl.reshape(y, [BLOCK_L, BLOCK_O]), cols
+    return tl.reshape(y, [BLOCK_L, BLOCK_O])
 
 
 @triton.jit
@@ -103,7 +108,8 @@ def _hq_quant_kernel(
         ssq = tl.zeros([BLOCK_L], dtype=tl.float32)
         sab = tl.zeros([BLOCK_L], dtype=tl.float32)
         if NCHUNK == 1:
-            x, cols = _load_ht(gy_ptr, stride_g, rows64, rmask, 0, O, BLOCK_L, BLOCK_O)
+            cols = tl.arange(0, BLOCK_O)
+            x = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
             bits = _amax_bits(x)
             if SAWB:
                 ssq = tl.sum(x * x, axis=1)
@@ -111,7 +117,8 @@ def _hq_quant_kernel(
         else:
             bits = tl.zeros([BLOCK_L], dtype=tl.int32)
             for c in range(NCHUNK):
-                xc, _ = _load_ht(gy_ptr, stride_g, rows64, rmask, c * BLOCK_O, O, BLOCK_L, BLOCK_O)
+                cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
+                xc = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
                 bits = tl.maximum(bits, _amax_bits(xc))
                 if SAWB:
                     ssq += tl.sum(xc * xc, axis=1)
@@ -136,15 +143,17 @@ def _hq_quant_kernel(
         s = scale
     if MODE != 1:
         if NCHUNK == 1:
+            cols = tl.arange(0, BLOCK_O)
             if MODE == 2:
-                x, cols = _load_ht(gy_ptr, stride_g, rows64, rmask, 0, O, BLOCK_L, BLOCK_O)
+                x = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
             _quant_store(
                 x, s, codes_ptr, stride_c, rows, rows64, cols, L_OUT, O_PAD, seed,
                 ROUNDING, QMAX, PM,
             )  # fmt: skip
         else:
             for c in range(NCHUNK):
-                xc, cc = _load_ht(gy_ptr, stride_g, rows64, rmask, c * BLOCK_O, O, BLOCK_L, BLOCK_O)
+                cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
+                xc = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
                 _quant_store(
                     xc, s, codes_ptr, stride_c, rows, rows64, cc, L_OUT, O_PAD, seed,
                     ROUNDING, QMAX, PM,
