@@ -5,6 +5,8 @@ Skipped without CUDA + Triton. Run on the GPU machine (tools/results/gpu_tests.m
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -57,16 +59,20 @@ def test_triton_codes_equal_the_reference(scaling: str) -> None:
 
 @pytest.mark.parametrize("signs", [False, True])
 def test_native_cuda_inductor_agrees_with_ops(signs: bool) -> None:
-    """fp32 inputs, inductor on both sides: the last layer's g_w identical, the rest at HOT's
-    quantization noise (a last-bit change of g_y flips pseudo-stochastic roundings)."""
+    """fp32, inductor on both sides, INT8 g_w on both: the last layer (same g_y on both paths)
+    matches to the dequantization's float32 rounding; earlier layers quantize a g_y that
+    differs in its last bits, so their pseudo-stochastic roundings are independent draws:
+    each path is as far from the exact gradients as the other, give or take."""
     x = torch.randn(8, 64, 256, device="cuda")
     base = {"gx_scaling": "per_token", "hla_signs": signs, "prefer": "paper", "gw_format": "int8"}
+    exact = _grads({"exact": True}, x)
     ops = _grads({**base, "lowering": "ops"}, x)
     nat = _grads({**base, "lowering": "native"}, x)
     torch.testing.assert_close(nat["fc2.weight"], ops["fc2.weight"], rtol=1e-5, atol=1e-5)
-    for k in ops:
-        rel = (nat[k] - ops[k]).norm() / ops[k].norm()
-        assert rel < 0.1, (k, rel)
+    for k in exact:
+        e_ops = ((ops[k] - exact[k]).norm() / exact[k].norm()).item()
+        e_nat = ((nat[k] - exact[k]).norm() / exact[k].norm()).item()
+        assert e_nat < 1.25 * e_ops + 0.02, (k, e_nat, e_ops)
 
 
 def test_native_bf16_autocast_as_close_to_exact_as_the_ops() -> None:
@@ -103,7 +109,8 @@ def test_native_generated_code_has_no_python_op() -> None:
     assert "_scaled_mm" in src  # FP8 g_x and (gw_format "auto") FP8 g_w
     # no copy of g_y or x for the kernels: triton_op's mutation analysis must see them as
     # read-only (a store address derived from a loading call's result made g_y "written")
-    assert "clone_default" not in src
+    clones = re.findall(r'%clone_default\w* : Tensor "(\w+)\[([^\]]*)\]', src)
+    assert all(shape in ("1", "2", "3", "") for _, shape in clones), clones  # atomics' words
 
 
 def test_native_reduce_overhead_trains() -> None:
