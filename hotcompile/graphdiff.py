@@ -436,6 +436,8 @@ class LayerDiff:
     input_saved: bool  #: the layer's full-precision input is still saved after the rewrite
     input_saved_reason: str
     graph: int = 0
+    #: HOT's backward speed-up over bf16 (measured on CUDA, the H100 model on meta tensors)
+    speedup: str = "-"
 
     @property
     def flagged(self) -> bool:
@@ -968,6 +970,7 @@ def diff(
                     reason=reason,
                     quantizer=q,
                     quantizer_rule=rule,
+                    speedup=plan.speedup_text() if plan is not None else "-",
                     fw_before=lines(before.fw_lines),
                     fw_after=lines(after.fw_lines),
                     bw_before=lines(before.bw_lines),
@@ -1097,10 +1100,12 @@ def _render_text(d: GraphDiff, color: bool, code: bool) -> str:
                 path,
                 lay.quantizer or "-",
                 lay.quantizer_rule or "-",
+                lay.speedup,
                 flag,
             ]
         )
-    out += _table(rows, ["layer", "kind", "path", "quantizer", "rule", "full-precision x"], st)
+    heads = ["layer", "kind", "path", "quantizer", "rule", "speed-up", "full-precision x"]
+    out += _table(rows, heads, st)
     ran = d.kernels_ran()
     if ran:
         out += ["", st.bold("CUDA kernels that ran (this process)")]

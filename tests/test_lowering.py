@@ -201,12 +201,17 @@ def test_codes_are_the_references() -> None:
 
 
 def test_gate_model_orders_the_shapes_as_measured() -> None:
-    """The roofline model (for reports without a GPU): large LLM layers gain, a 1000-class
-    head over 128 samples does not, and the verdict follows the margin."""
-    big = gate.estimate(gate.Shape(L=8192, O=14336, I=4096, N=4, S=2048, rows=tuple(range(8))))
+    """The roofline model (for reports without a GPU) agrees with the H100 measurements of
+    tools/results/native_stages_h100.md on which side wins: an LLM down projection gains
+    (measured 1.21x with FP8 g_w), ViT-B's qkv loses (0.62x), a 1000-class head over 128
+    samples loses; and the verdict follows the margin."""
+    fp8 = "fp8_e4m3"
+    rows = (0, 2, 3, 8, 10, 11, 12, 14)
+    down = gate.estimate(gate.Shape(8192, 2048, 8192, 4, 2048, rows=rows, gw_rounding=fp8))
+    qkv = gate.estimate(gate.Shape(25216, 2304, 768, 128, 197, rows=rows, gw_rounding=fp8))
     head = gate.estimate(gate.Shape(L=128, O=1000, I=768, N=1, S=128))
-    assert big.speedup > 1.2 and big.hot
+    assert down.hot and 1.05 < down.speedup < 1.4
+    assert not qkv.hot and 0.5 < qkv.speedup < 0.8
     assert not head.hot
-    assert "model" in big.describe() and "-> HOT" in big.describe()
-    s = gate.Speed(100.0, 98.0, "measured")
-    assert not s.hot  # 2% faster is inside the margin: exact bf16 kept
+    assert "model" in down.describe() and "-> HOT" in down.describe()
+    assert not gate.Speed(100.0, 98.0, "measured").hot  # 2% is inside the margin

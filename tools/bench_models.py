@@ -39,11 +39,12 @@ import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
-import sys
 from collections.abc import Callable
 
 import torch
 import torch.nn as nn
+
+from hotcompile import compat
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -75,48 +76,11 @@ class ModelSpec:
 
 # ----------------------------------------------------------------------------- libraries
 
-#: what importing timm / transformers needed here (None: nothing special), for the report
-TORCHVISION_NOTE: str | None = None
-
-
-def _torchvision_without_ops() -> None:
-    """Import torchvision even where its C++ ops cannot load (a CUDA torchvision wheel next to
-    a CPU-only torch, as pip installs on the CPU test machines: ``operator torchvision::nms does
-    not exist``, raised by its fake-kernel registrations). timm and transformers import
-    torchvision's pure Python parts (``torchvision.ops.misc.FrozenBatchNorm2d``, transforms)
-    and never call its ops here: the two
-    op schemas torchvision registers fake kernels for unconditionally are declared here, then
-    torchvision imports without its ops, as it is built to when they fail to load."""
-    global TORCHVISION_NOTE
-    if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is None:
-        return
-    try:
-        import torchvision  # noqa: F401
-    except RuntimeError as e:
-        if "torchvision::" not in str(e):
-            raise
-        for k in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
-            del sys.modules[k]
-        lib = torch.library.Library("torchvision", "FRAGMENT")
-        for op in ("nms", "qnms"):
-            lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        _KEEP.append(lib)
-        import torchvision  # noqa: F401, F811
-
-        TORCHVISION_NOTE = (
-            f"torchvision's C++ ops do not load with this torch ({e}); imported without them "
-            "(timm uses none)"
-        )
-
-
-_KEEP: list[object] = []  # torch.library fragments must outlive their registrations
-
 
 def import_module(name: str):
-    """``importlib.import_module``, after making torchvision importable (see above): timm
-    imports it, and so do transformers' model classes (its lazy imports fail otherwise)."""
-    _torchvision_without_ops()
-    return importlib.import_module(name)
+    """``importlib.import_module`` after making torchvision importable
+    (``hotcompile.compat``): timm imports it, and so do transformers' model classes."""
+    return compat.import_module(name)
 
 
 def missing(spec: ModelSpec) -> str | None:

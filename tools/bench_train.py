@@ -78,6 +78,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hotcompile
+from hotcompile import compat
 from hotcompile.config import HotConfig
 from hotcompile.memory import saved_tensors
 
@@ -1293,7 +1294,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
         res["models"].append(entry)
         why = bench_models.missing(spec)
-        res["torchvision_note"] = bench_models.TORCHVISION_NOTE
+        res["torchvision_note"] = compat.TORCHVISION_NOTE
         if why:
             entry["skipped"] = why
             k += len(variants)

@@ -15,7 +15,7 @@ default takes HOT's path only where it is measured faster:
   per machine.
 - :func:`estimate` (no GPU, e.g. ``hotcompile report`` on meta tensors): a roofline model with
   the H100 rates measured in ``shared/docs/hopper-gemm.md`` (bf16 ~700 TFLOP/s, FP8 ~1150,
-  INT8 ~700 on large shapes; ~2.6 TB/s for the quantize passes; a few µs per kernel).
+  INT8 ~700 on large shapes; ~1.8 TB/s for the quantize passes, as measured; a few µs per kernel).
   It says what to expect; the decision on a GPU is the measured one.
 
 HOT is taken iff ``hot_us <= MARGIN · bf16_us``: a layer HOT does not speed up by at least
@@ -97,7 +97,9 @@ class Shape:
 
 #: H100 rates (hopper-gemm.md, large shapes): TFLOP/s (TOP/s for int8), and bytes/s of a pass
 RATES = {"bf16": 700e12, "fp8": 1150e12, "int8": 700e12}
-HBM = 2.6e12
+#: bytes/s the quantize kernels reach (measured: 1.4-2.4 TB/s of the 3.0 TB/s a copy reaches;
+#: tools/results/native_stages_h100.md)
+HBM = 1.8e12
 KERNEL_US = 4.0
 SMS = 132
 
@@ -107,6 +109,8 @@ def _gemm_us(m: int, n: int, k: int, kind: str) -> float:
     tiles = math.ceil(m / 128) * math.ceil(n / 256)
     waves = math.ceil(tiles / SMS)
     eff = tiles / (waves * SMS)
+    if k >= 8192:  # few output tiles, long K (the g_w GEMMs): split-K fills the GPU
+        eff = max(eff, 0.85)
     return 2.0 * m * n * k / (RATES[kind] * eff) * 1e6 + KERNEL_US
 
 
