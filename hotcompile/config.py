@@ -166,7 +166,10 @@ class HotConfig:
             measurably faster than the exact bf16 backward for that layer's shape on this
             GPU — timed once per shape under a CUDA graph and cached on disk
             (``hotcompile.lowering.gate``); elsewhere it keeps autograd's backward, and the
-            plan says why, with both times. On a CPU every eligible layer gets HOT (the CPU
+            plan says why, with both times. Conv layers keep autograd's backward on CUDA
+            (no native path yet); linear layers on the ops lowering (asked for, or forced by
+            warm-up or stochastic rounding) are not gated: those settings ask for HOT's
+            numerics. On a CPU every eligible layer gets HOT (the CPU
             path is the reference, for accuracy work). ``"memory"``: every eligible layer
             (ABC's memory saving first, whatever the speed). ``"paper"``: every eligible
             layer, as the paper does.

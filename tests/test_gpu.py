@@ -15,6 +15,11 @@ from conftest import MLPBlock, SmallCNN, load_tool, rel
 import hotcompile
 from hotcompile import HotBackend
 
+#: these tests exercise the ops path (torch.ops.hotcompile and its CUDA kernels) with HOT on
+#: every layer; on CUDA the defaults are the native lowering behind the speed gate
+#: (tests/test_lowering_gpu.py covers those)
+OPS = {"lowering": "ops", "prefer": "paper"}
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -57,7 +62,7 @@ def test_hot_inductor_cuda_bf16_training_and_abc():
     torch.manual_seed(0)
     m = MLPBlock(256, 1024).cuda()
     target = torch.nn.Linear(256, 256).cuda()
-    be = HotBackend()
+    be = HotBackend(**OPS)
     c = torch.compile(m, backend=be)
     opt = torch.optim.AdamW(m.parameters(), 1e-3)
     losses = []
@@ -83,7 +88,7 @@ def test_hot_inductor_cuda_bf16_training_and_abc():
 
 
 def test_dynamic_batch_on_cuda_compiles_once():
-    be = HotBackend()
+    be = HotBackend(**OPS)
     m = MLPBlock().cuda()
     c = torch.compile(m, backend=be, dynamic=True)
     counts = []
@@ -96,7 +101,7 @@ def test_dynamic_batch_on_cuda_compiles_once():
 
 def test_conv_model_inductor_cuda_bf16():
     m = SmallCNN().cuda()
-    c = torch.compile(m, backend="hot")
+    c = torch.compile(m, backend="hot", options=OPS)
     x = torch.randn(16, 1, 16, 16, device="cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = F.cross_entropy(c(x), torch.randint(0, 10, (16,), device="cuda"))
@@ -115,8 +120,8 @@ def test_reduce_overhead_cuda_graphs(opts):
     torch.manual_seed(0)
     m = MLPBlock(256, 1024).cuda()
     m1, m2 = copy.deepcopy(m), copy.deepcopy(m)
-    c1 = torch.compile(m1, backend="hot", options=opts)
-    c2 = torch.compile(m2, backend="hot", options={**opts, "mode": "reduce-overhead"})
+    c1 = torch.compile(m1, backend="hot", options={**OPS, **opts})
+    c2 = torch.compile(m2, backend="hot", options={**OPS, **opts, "mode": "reduce-overhead"})
     counters.clear()
     for _ in range(4):
         x = torch.randn(16, 128, 256, device="cuda")
@@ -148,7 +153,7 @@ def test_gpt2_tied_head_gradients_under_inductor_cuda():
     a sum over 256 tokens of INT8-rounded head g_x), every parameter 1.4-1.45 off with the
     padding bug — and the same on a second backward up to the SAWB sums' float order."""
     exact = _gpt2_grads(None)[0]
-    opts = {"gx_scaling": "per_token", "warmup_steps": 1000, "hla": False}
+    opts = {**OPS, "gx_scaling": "per_token", "warmup_steps": 1000, "hla": False}
     hot = _gpt2_grads(opts, repeats=2)
     for n, g in exact.items():
         assert torch.isfinite(hot[0][n]).all(), n
@@ -161,7 +166,7 @@ def test_turning_comprehensive_padding_back_on_warns():
     torch._dynamo.reset()
     m = torch.nn.Linear(64, 64).cuda()
     opts = {"inductor_config": {"comprehensive_padding": True}}
-    c = torch.compile(m, backend="hot", options=opts)
+    c = torch.compile(m, backend="hot", options={**OPS, **opts})
     with pytest.warns(UserWarning, match="comprehensive_padding=True"):
         c(torch.randn(32, 64, device="cuda", requires_grad=True)).sum().backward()
 
@@ -203,14 +208,16 @@ def test_hla_signs_on_cuda_inductor_match_cpu_aot_eager():
         m = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 48), nn.GELU(), nn.Linear(48, 32))
         m = m.to(dev)
         opts = {"compiler": compiler, "hla_signs": True, "gx_bits": None, "gw_bits": None}
-        torch.compile(m, backend="hot", options=opts)(x.to(dev)).square().mean().backward()
+        torch.compile(m, backend="hot", options={**OPS, **opts})(
+            x.to(dev)
+        ).square().mean().backward()
         grads[dev] = [p.grad.cpu() for p in m.parameters()]
     for a, b in zip(grads["cpu"], grads["cuda"]):
         assert rel(b, a) < 1e-4
     torch._dynamo.reset()
     torch.manual_seed(0)
     m = MLPBlock(256, 1024).cuda()
-    c = torch.compile(m, backend="hot", options={"hla_signs": True})
+    c = torch.compile(m, backend="hot", options={**OPS, "hla_signs": True})
     for _ in range(2):
         m.zero_grad()
         with torch.autocast("cuda", dtype=torch.bfloat16):

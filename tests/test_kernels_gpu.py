@@ -12,6 +12,11 @@ from conftest import skip_module_without_cuda_triton
 from hotcompile.hadamard import block_hadamard
 from hotcompile.quant import quantize
 
+#: these tests exercise the ops path (torch.ops.hotcompile and its CUDA kernels) with HOT on
+#: every layer; on CUDA the defaults are the native lowering behind the speed gate
+#: (tests/test_lowering_gpu.py covers those)
+OPS = {"lowering": "ops", "prefer": "paper"}
+
 pytestmark = [pytest.mark.gpu]
 skip_module_without_cuda_triton()
 
@@ -212,7 +217,7 @@ def test_under_torch_compile_inductor():
     x = torch.randn(8, 32, 64, device="cuda")
     m(x).pow(2).mean().backward()
     exact = [p.grad.clone() for p in m.parameters()]
-    c = torch.compile(m, backend="hot", options={"gx_scaling": "per_token", "abc": False})
+    c = torch.compile(m, backend="hot", options={**OPS, "gx_scaling": "per_token", "abc": False})
     grads = {}
     calls = []
     orig = hq_triton.hq_quantize

@@ -14,6 +14,11 @@ from conftest import skip_module_without_cuda_triton
 from hotcompile.hla import hla_transform
 from hotcompile.quant import FP8_E4M3, quantize
 
+#: these tests exercise the ops path (torch.ops.hotcompile and its CUDA kernels) with HOT on
+#: every layer; on CUDA the defaults are the native lowering behind the speed gate
+#: (tests/test_lowering_gpu.py covers those)
+OPS = {"lowering": "ops", "prefer": "paper"}
+
 pytestmark = [pytest.mark.gpu]
 skip_module_without_cuda_triton()
 
@@ -295,7 +300,7 @@ def test_training_step_under_torch_compile_matches_reference(abc):
     m(x).pow(2).mean().backward()
     exact = [p.grad.clone() for p in m.parameters()]
     opts = {"abc": abc, "gx_scaling": "per_token", "weight_scale": "maxabs"}
-    c = torch.compile(m, backend="hot", options=opts)
+    c = torch.compile(m, backend="hot", options={**OPS, **opts})
     calls = []
     orig = hla_triton.hla_quantize
 

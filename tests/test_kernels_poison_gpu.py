@@ -16,6 +16,11 @@ from conftest import rel, skip_module_without_cuda_triton
 from hotcompile.hadamard import block_hadamard
 from hotcompile.quant import quantize
 
+#: these tests exercise the ops path (torch.ops.hotcompile and its CUDA kernels) with HOT on
+#: every layer; on CUDA the defaults are the native lowering behind the speed gate
+#: (tests/test_lowering_gpu.py covers those)
+OPS = {"lowering": "ops", "prefer": "paper"}
+
 pytestmark = [pytest.mark.gpu]
 skip_module_without_cuda_triton()
 
@@ -110,7 +115,7 @@ def test_shadow_checks_a_compiled_step():
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 1000)
     ).cuda()
-    c = torch.compile(model, backend="hot", options={"gx_scaling": "per_tensor"})
+    c = torch.compile(model, backend="hot", options={**OPS, "gx_scaling": "per_tensor"})
     shadow.clear()
     with shadow.enabled():
         with torch.autocast("cuda", dtype=torch.bfloat16):

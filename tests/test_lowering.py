@@ -215,3 +215,16 @@ def test_gate_model_orders_the_shapes_as_measured() -> None:
     assert not head.hot
     assert "model" in down.describe() and "-> HOT" in down.describe()
     assert not gate.Speed(100.0, 98.0, "measured").hot  # 2% is inside the margin
+
+
+def test_gate_leaves_ops_layers_and_gates_convs() -> None:
+    """On CUDA (faked here by the rewrite's view of the input), a linear layer on the ops
+    lowering is not gated (its settings ask for HOT), a conv keeps bf16 with the reason."""
+    from hotcompile.autograd import LayerSpec
+    from hotcompile.passes.rewrite import CONV_GATE_REASON, _gate
+
+    x = torch.empty(4, 16, 32, device="meta", requires_grad=True)
+    w = torch.empty(48, 32, device="meta", requires_grad=True)
+    assert _gate(LayerSpec("l", lowering="ops"), "conv2d", x, w) == (None, CONV_GATE_REASON)
+    speed, why = _gate(LayerSpec("l", lowering="native"), "linear", x, w)
+    assert speed is not None and speed.source == "model" and why.startswith("speed:")

@@ -138,13 +138,16 @@ def compile_variant(
     inductor would get, at a fraction of the CPU compile time. ``compiler="inductor"`` (the GPU
     LM) is the real thing on both sides: plain ``torch.compile`` vs ``backend="hot"``. Returns
     the compiled callable and the HotBackend (None for plain variants), whose plan is recorded.
+    HOT variants run with ``prefer="paper"`` unless they say otherwise.
     """
     if options is None:
         plain = "aot_eager_decomp_partition" if compiler == "aot_eager" else compiler
         return torch.compile(model, backend=plain), None
     from hotcompile import HotBackend
 
-    backend = HotBackend(compiler=compiler, **options)
+    # HOT on every eligible layer: the study measures HOT's numerics, not which layers the
+    # speed gate of prefer="speed" (the CUDA default) would hand to bf16
+    backend = HotBackend(compiler=compiler, **{"prefer": "paper", **options})
     return torch.compile(model, backend=backend), backend
 
 
