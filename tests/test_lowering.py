@@ -220,11 +220,58 @@ def test_gate_model_orders_the_shapes_as_measured() -> None:
 def test_gate_leaves_ops_layers_and_gates_convs() -> None:
     """On CUDA (faked here by the rewrite's view of the input), a linear layer on the ops
     lowering is not gated (its settings ask for HOT), a conv keeps bf16 with the reason."""
-    from hotcompile.autograd import LayerSpec
     from hotcompile.passes.rewrite import CONV_GATE_REASON, _gate
+
+    from hotcompile.autograd import LayerSpec
 
     x = torch.empty(4, 16, 32, device="meta", requires_grad=True)
     w = torch.empty(48, 32, device="meta", requires_grad=True)
     assert _gate(LayerSpec("l", lowering="ops"), "conv2d", x, w) == (None, CONV_GATE_REASON)
     speed, why = _gate(LayerSpec("l", lowering="native"), "linear", x, w)
     assert speed is not None and speed.source == "model" and why.startswith("speed:")
+
+
+TRITON_OPS_CHECK = """
+import torch
+from hotcompile.lowering import triton_ops
+from hotcompile.hadamard import block_hadamard
+from hotcompile.hla import hla_transform, signed
+from hotcompile.quant import quantize
+torch.manual_seed(0)
+ok = True
+for per_token in (True, False):
+    gy = torch.randn(37, 40) * torch.logspace(-2, 1, 37)[:, None]
+    c, s = triton_ops.hq_quantize(gy, 4, per_token, "pseudo_stochastic", True, 16)
+    rc, rs = quantize(block_hadamard(gy, 1, 16), 4, per_token, "pseudo_stochastic")
+    ok &= torch.equal(c[:37].float(), rc.float()) and torch.equal(s[:37] if per_token else s, rs)
+LP = [0, 2, 3, 8, 10, 11, 12, 14]
+x = torch.randn(2, 35, 24); sg = (torch.randint(0, 2, (2, 35, 1)) * 2 - 1).float()
+for rounding in ("pseudo_stochastic", "fp8_e4m3"):
+    c, s = triton_ops.hla_quantize(x, 0, LP, 8, rounding, False, False, sg)
+    rc, rs = quantize(hla_transform(signed(x, sg), 0, tuple(LP), 16), 8, False, rounding)
+    ok &= torch.equal(c.t().float(), rc.float()) and torch.equal(s, rs)
+w = torch.randn(48, 32)
+c, s = triton_ops.hla_quantize(w[None], 0, list(range(16)), 4, "nearest", True, True)
+rc, rs = quantize(block_hadamard(w, 0, 16), 4, False, "nearest", "sawb")
+assert ok, "codes differ from the reference"
+assert torch.equal(c.t().float(), rc.float())
+assert ((s - rs).abs() / rs).item() < 1e-5  # SAWB from atomic sums: float32 rounding
+"""
+
+
+def test_triton_op_bodies_equal_the_reference_in_triton_interpreter() -> None:
+    """The ``triton_op``s the native path launches on CUDA (their bodies: allocation, the
+    shared launch functions, both kernels), run by Triton's CPU interpreter: the reference's
+    codes bit for bit. Skipped without Triton (the CPU torch wheel has none; ``pip install
+    triton "numpy<2.4"`` to run it). A subprocess: ``TRITON_INTERPRET`` is read at import."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", TRITON_OPS_CHECK], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -327,6 +327,42 @@ def hla_quantize(
     if x.stride(-1) != 1:
         x = x.contiguous()
     N, S, D = x.shape
+    if signs is not None and signs.numel() != N * S:
+        raise ValueError(f"signs has {signs.numel()} elements for {N}x{S} tokens")
+    seed = int(torch.randint(0, 2**31 - 1, ())) if rounding == "stochastic" else 0
+    words = scratch.zeroed(x.device, 3 if sawb else 1)
+    signs = signs.reshape(N * S).contiguous() if signs is not None else None
+    return launch_hla_quantize(
+        _hla_quant_kernel, x, grid_w, rows, bits, rounding, transposed, sawb, out_dtype,
+        signs, words, seed, block_b, block_d, num_warps,
+    )  # fmt: skip
+
+
+def launch_hla_quantize(
+    kernel,
+    x: torch.Tensor,
+    grid_w: int,
+    rows,
+    bits: int,
+    rounding: str,
+    transposed: bool,
+    sawb: bool,
+    out_dtype: torch.dtype,
+    signs: torch.Tensor | None,
+    words: torch.Tensor,
+    seed: int,
+    block_b: int = BLOCK_B,
+    block_d: int = BLOCK_D,
+    num_warps: int = 4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocate the outputs and launch ``_hla_quant_kernel`` twice (max-abs, then codes):
+    the one copy of the launch arithmetic, shared by :func:`hla_quantize` (the ops path:
+    ``kernel`` the jitted function, ``words`` a scratch allocation) and the ``triton_op`` of
+    ``hotcompile.lowering.triton_ops`` (``kernel`` wrapped by ``wrap_triton``, ``words`` a
+    ``torch.zeros`` that inductor owns). ``x``: ``[N, S, D]`` with unit last stride;
+    ``signs``: flat ``[N·S]`` or None; ``words``: zeroed int32, 3 with ``sawb`` else 1."""
+    fp8 = rounding == FP8_E4M3
+    N, S, D = x.shape
     nb, H, W, nbw = hla_rows_count(S, grid_w)
     nr = len(rows)
     rp = triton.next_power_of_2(nr)
@@ -337,19 +373,14 @@ def hla_quantize(
         packed |= (int(rows[k]) if k < nr else 16) << (5 * k)
     codes = torch.empty((D, R) if transposed else (R, D), dtype=out_dtype, device=x.device)
     scale = torch.empty((1,), dtype=torch.float32, device=x.device)
-    words = scratch.zeroed(x.device, 3 if sawb else 1)
     amax = words[:1]
     stats = words[1:].view(torch.float32) if sawb else scale  # SAWB's Σt², Σ|t|
-    seed = int(torch.randint(0, 2**31 - 1, ())) if rounding == "stochastic" else 0
     block_d = min(block_d, triton.next_power_of_2(D))
     grid = (triton.cdiv(G, block_b), triton.cdiv(D, block_d))
-    if signs is not None:
-        if signs.numel() != N * S:
-            raise ValueError(f"signs has {signs.numel()} elements for {N}x{S} tokens")
-        signs = signs.reshape(N * S).contiguous()
     sp = signs if signs is not None else scale  # any pointer when SIGNS is off
     args = (
         x, codes, scale, amax, stats, sp, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1), seed,
+        float(R * D),
     )  # fmt: skip
     common = dict(
         TRANS=transposed,
@@ -366,8 +397,8 @@ def hla_quantize(
         BLOCK_D=block_d,
         num_warps=num_warps,
     )
-    _hla_quant_kernel[grid](*args, float(R * D), MODE=1, **common)
-    _hla_quant_kernel[grid](*args, float(R * D), MODE=2, **common)
+    kernel[grid](*args, MODE=1, **common)
+    kernel[grid](*args, MODE=2, **common)
     return codes, scale
 
 

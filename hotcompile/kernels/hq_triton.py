@@ -245,18 +245,44 @@ def hq_quantize_triton(
     if out_dtype == torch.float8_e4m3fn and q > 16:
         raise ValueError("INT8 codes are not exact in float8_e4m3fn: use int8")
     gy, codes, scales = hq_cuda.outputs(gy, per_token, out_dtype, pad_rows_to)
-    L, O = gy.shape
     l_out, o_pad = codes.shape
     if l_out == 0 or o_pad == 0:
         if not per_token:
             scales.zero_()
         return codes, scales
-    block_l, bo, nchunk, warps = _config(o_pad, block_o)
+    if per_token and sawb:
+        raise ValueError("SAWB scales are per tensor")
     seed = int(torch.randint(0, 2**31 - 1, ())) if rounding == "stochastic" else 0
+    words = None if per_token else scratch.zeroed(gy.device, 3 if sawb else 1)
+    launch_hq_quantize(_hq_quant_kernel, gy, codes, scales, words, bits, rounding, seed, sawb,
+                       block_o)  # fmt: skip
+    return codes, scales
+
+
+def launch_hq_quantize(
+    kernel,
+    gy: torch.Tensor,
+    codes: torch.Tensor,
+    scales: torch.Tensor,
+    words: torch.Tensor | None,
+    bits: int,
+    rounding: str,
+    seed: int,
+    sawb: bool = False,
+    block_o: int | None = None,
+) -> None:
+    """Launch ``_hq_quant_kernel`` into ``codes`` / ``scales``: once per token (``words`` None),
+    twice per tensor (max-abs into the zeroed int32 ``words``, 3 with ``sawb``, then codes).
+    The one copy of the launch arithmetic, shared by :func:`hq_quantize_triton` (the ops
+    path) and the ``triton_op`` of ``hotcompile.lowering.triton_ops`` (``kernel`` wrapped by
+    ``wrap_triton``). ``gy`` has a unit column stride; the outputs are non-empty."""
+    L, O = gy.shape
+    l_out, o_pad = codes.shape
+    block_l, bo, nchunk, warps = _config(o_pad, block_o)
     grid = (triton.cdiv(l_out, block_l),)
     common = dict(
         ROUNDING=ROUNDINGS[rounding],
-        QMAX=q,
+        QMAX=qmax(bits),
         PM=PSEUDO_BITS[bits],
         NCHUNK=nchunk,
         BLOCK_L=block_l,
@@ -265,17 +291,13 @@ def hq_quantize_triton(
         num_warps=warps,
     )
     args = (L, O, l_out, o_pad, gy.stride(0), codes.stride(0), seed, float(L * o_pad))
-    if per_token:
-        if sawb:
-            raise ValueError("SAWB scales are per tensor")
-        _hq_quant_kernel[grid](gy, codes, scales, scales, scales, *args, MODE=0, **common)
+    if words is None:
+        kernel[grid](gy, codes, scales, scales, scales, *args, MODE=0, **common)
     else:
-        words = scratch.zeroed(gy.device, 3 if sawb else 1)
         amax = words[:1]
         stats = words[1:].view(torch.float32) if sawb else scales  # SAWB's Σx², Σ|x|
-        _hq_quant_kernel[grid](gy, codes, scales, amax, stats, *args, MODE=1, **common)
-        _hq_quant_kernel[grid](gy, codes, scales, amax, stats, *args, MODE=2, **common)
-    return codes, scales
+        kernel[grid](gy, codes, scales, amax, stats, *args, MODE=1, **common)
+        kernel[grid](gy, codes, scales, amax, stats, *args, MODE=2, **common)
 
 
 @functools.lru_cache(maxsize=8)

@@ -18,15 +18,12 @@ Importing this module needs Triton; ``hotcompile.lowering.available()`` says whe
 from typing import Optional
 
 import torch
-import triton
 from torch.library import triton_op, wrap_triton
 
 from hotcompile.hadamard import padded
-from hotcompile.kernels.hla_triton import BLOCK_B, BLOCK_D, _hla_quant_kernel, hla_rows_count
-from hotcompile.kernels.hla_triton import ROUNDINGS as HLA_ROUNDINGS
-from hotcompile.kernels.hq_triton import ROUNDINGS as HQ_ROUNDINGS
-from hotcompile.kernels.hq_triton import _config, _hq_quant_kernel
-from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, qmax
+from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
+from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
+from hotcompile.quant import FP8_E4M3
 
 LIB = "hotcompile_lowering"
 
@@ -49,26 +46,8 @@ def hq_quantize(
     l_out, o_pad = padded(L, pad_rows_to), padded(O, 16)
     codes = torch.empty((l_out, o_pad), dtype=_code_dtype(fp8), device=gy.device)
     scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
-    block_l, bo, nchunk, warps = _config(o_pad, None)
-    grid = (triton.cdiv(l_out, block_l),)
-    common = dict(
-        ROUNDING=HQ_ROUNDINGS[rounding],
-        QMAX=qmax(bits),
-        PM=PSEUDO_BITS[bits],
-        NCHUNK=nchunk,
-        BLOCK_L=block_l,
-        BLOCK_O=bo,
-        SAWB=False,
-        num_warps=warps,
-    )
-    args = (L, O, l_out, o_pad, gy.stride(0), codes.stride(0), 0, float(L * o_pad))
-    kernel = wrap_triton(_hq_quant_kernel)
-    if per_token:
-        kernel[grid](gy, codes, scales, scales, scales, *args, MODE=0, **common)
-    else:
-        amax = torch.zeros((1,), dtype=torch.int32, device=gy.device)
-        kernel[grid](gy, codes, scales, amax, scales, *args, MODE=1, **common)
-        kernel[grid](gy, codes, scales, amax, scales, *args, MODE=2, **common)
+    words = None if per_token else torch.zeros((1,), dtype=torch.int32, device=gy.device)
+    launch_hq_quantize(wrap_triton(_hq_quant_kernel), gy, codes, scales, words, bits, rounding, 0)
     return codes, scales
 
 
@@ -94,41 +73,10 @@ def hla_quantize(
     if x.stride(-1) != 1:
         x = x.contiguous()
     N, S, D = x.shape
-    nb, H, W, nbw = hla_rows_count(S, grid_w)
-    nr = len(rows)
-    rp = triton.next_power_of_2(nr)
-    G = N * nb
-    R = G * nr
-    packed = 0
-    for k in range(rp):
-        packed |= (int(rows[k]) if k < nr else 16) << (5 * k)
     fp8 = rounding == FP8_E4M3
-    codes = torch.empty((D, R), dtype=_code_dtype(fp8 or fp8_codes), device=x.device)
-    scale = torch.empty((1,), dtype=torch.float32, device=x.device)
     words = torch.zeros((3 if sawb else 1,), dtype=torch.int32, device=x.device)
-    amax = words[:1]
-    stats = words[1:].view(torch.float32) if sawb else scale
-    block_d = min(BLOCK_D, triton.next_power_of_2(D))
-    grid = (triton.cdiv(G, BLOCK_B), triton.cdiv(D, block_d))
-    sp = signs.reshape(N * S) if signs is not None else scale
-    args = (x, codes, scale, amax, stats, sp, G, D, R, nb, S, H, W, nbw)
-    args = (*args, x.stride(0), x.stride(1), 0, float(R * D))
-    common = dict(
-        TRANS=True,
-        PATCH=grid_w > 0,
-        SAWB=sawb and bits == 4,
-        SIGNS=signs is not None,
-        ROWS=packed,
-        NR=nr,
-        RP=rp,
-        ROUNDING=HLA_ROUNDINGS[rounding],
-        QMAX=int(FP8_MAX) if fp8 else qmax(bits),
-        PM=PSEUDO_BITS[bits],
-        BLOCK_B=BLOCK_B,
-        BLOCK_D=block_d,
-        num_warps=4,
-    )
-    kernel = wrap_triton(_hla_quant_kernel)
-    kernel[grid](*args, MODE=1, **common)
-    kernel[grid](*args, MODE=2, **common)
-    return codes, scale
+    flat = signs.reshape(N * S) if signs is not None else None
+    return launch_hla_quantize(
+        wrap_triton(_hla_quant_kernel), x, grid_w, rows, bits, rounding, True, sawb,
+        _code_dtype(fp8 or fp8_codes), flat, words, 0,
+    )  # fmt: skip
