@@ -8,6 +8,7 @@ Importing this package registers the ``torch.ops.hotcompile`` operators; it neve
 CUDA and needs no compiler.
 """
 
+import hotcompile.ops_cuda  # noqa: F401  (the lazy CUDA registration of the ops' kernels)
 from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
 from hotcompile.backend import HotBackend, calibrate, clear_plans, hot_backend, plans
 from hotcompile.config import HotConfig, HotConfigError

@@ -378,15 +378,3 @@ def _register_autocast(name: str, data_args: tuple[int, ...]) -> None:
 
 for _name, _args in AUTOCAST_DATA_ARGS.items():
     _register_autocast(_name, _args)
-
-
-@hq_grad_input.register_kernel("cuda")
-def _hq_grad_input_cuda(*args, **kwargs):
-    """First CUDA call: register the Triton kernels (they replace this), else the reference."""
-    try:
-        from hotcompile import kernels
-    except ImportError:  # a build without hotcompile.kernels
-        kernels = None
-    if kernels is not None and kernels.register():
-        return kernels.hq_triton.hq_grad_input_cuda(*args, **kwargs)
-    return hq_grad_input._init_fn(*args, **kwargs)
