@@ -21,14 +21,14 @@ it with their results).
 
 from __future__ import annotations
 
-import json
 import os
-import pathlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+from hotcompile import diskcache
 
 IMPLS = ("auto", "cutlass", "cuda", "triton", "torch")
 _ENV = "HOTCOMPILE_GEMM"
@@ -228,11 +228,6 @@ def _key(a, b, sa, sb, out_dtype, out) -> str:
     return f"{dt} {a.shape[0]}×{b.shape[0]}×{a.shape[1]} {scales}→{od}"
 
 
-def _cache_path() -> pathlib.Path:
-    root = os.environ.get("HOTCOMPILE_CACHE", str(pathlib.Path.home() / ".cache" / "hotcompile"))
-    return pathlib.Path(root) / "gemm_dispatch.json"
-
-
 def _device_tag(device: torch.device) -> str:
     import triton
 
@@ -240,27 +235,21 @@ def _device_tag(device: torch.device) -> str:
     return f"{name}|torch {torch.__version__}|triton {triton.__version__}"
 
 
+#: the dispatcher's file in hotcompile.diskcache
+CACHE_FILE = "gemm_dispatch.json"
+
+
 def _load_disk() -> dict[str, str]:
     global _disk
     if _disk is None:
-        try:
-            _disk = json.loads(_cache_path().read_text())
-        except (OSError, ValueError):
-            _disk = {}
+        _disk = diskcache.load(CACHE_FILE)
     return _disk
 
 
 def _save_disk(tag_key: str, impl: str) -> None:
     disk = _load_disk()
     disk[tag_key] = impl
-    try:
-        path = _cache_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(disk, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError:  # a read-only home: the in-memory choice still holds
-        pass
+    diskcache.save(CACHE_FILE, disk)  # a read-only home: the in-memory choice still holds
 
 
 def _time(fn: Fn, reps: int = 10) -> float:

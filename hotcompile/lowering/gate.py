@@ -25,15 +25,16 @@ HOT is taken iff ``hot_us <= MARGIN · bf16_us``: a layer HOT does not speed up 
 from __future__ import annotations
 
 import dataclasses
-import json
+import logging
 import math
-import os
-import pathlib
 import statistics
 import threading
-from typing import Any
 
 import torch
+
+from hotcompile import diskcache
+
+log = logging.getLogger("hotcompile")
 
 #: HOT must be at least this much faster (hot/bf16 time) for the gate to pick it
 MARGIN = 0.97
@@ -143,34 +144,21 @@ def estimate(s: Shape) -> Speed:
 # ----------------------------------------------------------------------------- measurement
 
 
-def _cache_file() -> pathlib.Path:
-    root = os.environ.get("HOTCOMPILE_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "hotcompile"
-    )
-    return pathlib.Path(root) / "gate.json"
+#: the gate's file in hotcompile.diskcache
+CACHE_FILE = "gate.json"
 
 
 def _load() -> dict[str, dict[str, float]]:
     global _cache
     if _cache is None:
-        try:
-            _cache = json.loads(_cache_file().read_text())
-        except (OSError, ValueError):
-            _cache = {}
+        _cache = diskcache.load(CACHE_FILE)
     return _cache
 
 
 def _store(key: str, speed: Speed) -> None:
     cache = _load()
     cache[key] = {"bf16_us": speed.bf16_us, "hot_us": speed.hot_us}
-    try:
-        f = _cache_file()
-        f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-        tmp.replace(f)
-    except OSError:  # a read-only home: the in-memory cache still holds
-        pass
+    diskcache.save(CACHE_FILE, cache)  # a read-only home: the in-memory cache still holds
 
 
 def _graph_us(fn, reps: int = 5, inner: int = 3) -> float:
@@ -255,21 +243,7 @@ def decide(s: Shape, device: torch.device | None) -> Speed:
     if device is not None and device.type == "cuda":
         try:
             return measure(s, device)
-        except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # noqa: F841
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
+            log.warning("hotcompile: timing %s failed (%s); the gate uses the model", s, e)
             torch.cuda.empty_cache()
     return estimate(s)
-
-
-def table(speeds: dict[str, Speed]) -> list[dict[str, Any]]:
-    """Rows ``layer, bf16 µs, HOT µs, speed-up, source, verdict`` for the plan and report."""
-    return [
-        {
-            "layer": name,
-            "bf16_us": round(v.bf16_us, 1),
-            "hot_us": round(v.hot_us, 1),
-            "speedup": round(v.speedup, 2),
-            "source": v.source,
-            "hot": v.hot,
-        }
-        for name, v in speeds.items()
-    ]
