@@ -649,9 +649,16 @@ def _layer(
         path=plan.path, reason=plan.reason, gx_bits=gx_bits if path.rewritten else None,
         gw_bits=gw_bits if path.hot_gw else None, n=n, r=rows if hla else n,
         quantizer=_quantizer(plan), weight_grad=node.weight_grad, formulas=f, values=values,
-        gw_format=spec.gw_format if spec is not None else _report_gw_format(config),
+        gw_format=spec.gw_format if spec is not None else _gw_format_unrewritten(config),
         speedup=plan.speedup_text(),
     )  # fmt: skip
+
+
+def _gw_format_unrewritten(config: HotConfig) -> str:
+    """The g_w codes of a layer the rewrite left alone: as the ops lowering resolves them."""
+    from hotcompile.passes.rewrite import gw_format_of
+
+    return gw_format_of(config, "ops")
 
 
 def _paper_memory(
@@ -876,9 +883,3 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_run)
     return p
-
-
-def _report_gw_format(config: HotConfig) -> str:
-    """The g_w codes a layer the report did not rewrite would get (``"auto"`` resolved as for
-    the ops lowering: INT8)."""
-    return "int8" if config.gw_format == "auto" else config.gw_format

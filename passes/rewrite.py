@@ -287,7 +287,7 @@ def _lowering(config: HotConfig, kind: str, x: torch.Tensor, probe_hla: bool) ->
     return "native" if ok else "ops"
 
 
-def _gw_format(config: HotConfig, lowering: str) -> str:
+def gw_format_of(config: HotConfig, lowering: str) -> str:
     """``gw_format="auto"``: FP8-e4m3 g_w codes on the native path (Hopper's FP8 GEMM is the
     fast one), INT8 elsewhere and whenever g_w is not 8 bits."""
     if config.gw_format != "auto":
@@ -353,11 +353,13 @@ def _spec(
     key: str,
     hla: bool,
     signs: bool = False,
+    lowering: str = "ops",
     **conv: Any,
 ) -> LayerSpec:
     """The layer's spec; ``hla``: this layer runs HLA (config.hla and not turned off by the
     plan). Without HLA the g_w path quantizes x and g_y only (``hla_rows`` empty). ``signs``:
-    HLA with random signs (``config.hla_signs``, resolved for this layer)."""
+    HLA with random signs (``config.hla_signs``, resolved for this layer). ``lowering``: the
+    layer's (:func:`_lowering`), which also resolves ``gw_format="auto"``."""
     return LayerSpec(
         name=name,
         kind=kind,
@@ -367,7 +369,7 @@ def _spec(
         lqs_key=key,
         weight_scale=config.weight_scale,
         gw_bits=config.gw_bits,
-        gw_format=_gw_format(config, "ops"),
+        gw_format=gw_format_of(config, lowering),
         hla_rows=hla_rows(config.hla_rows, config.rank, config.block_size) if hla else (),
         block=config.block_size,
         rounding=config.rounding,
@@ -376,6 +378,7 @@ def _spec(
         hla_2d=config.hla_2d,
         exact=config.exact,
         check=config.check_nonfinite == "once",
+        lowering=lowering,
         **conv,
     )
 
@@ -554,8 +557,7 @@ def rewrite(
         key = _lqs_key(config, name, weights.get(w_node, gm), scaling, probe_hla)
         use_hla = config.hla and (hla_plan is None or hla_plan[0])
         signs = config.hla_signs is True or x_node in tokens
-        spec = _spec(config, name, kind, scaling, key, use_hla, signs, **conv)
-        spec = dataclasses.replace(spec, lowering=lowering, gw_format=_gw_format(config, lowering))
+        spec = _spec(config, name, kind, scaling, key, use_hla, signs, lowering, **conv)
         if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
             # one row per sample: no token dimension to low-pass, INT8 quantization only
             spec = dataclasses.replace(spec, hla_rows=())
@@ -565,7 +567,7 @@ def rewrite(
         if config.prefer == "speed" and not config.exact and x.device.type in ("cuda", "meta"):
             # on CUDA the measured verdict decides; on meta tensors (hotcompile report) the
             # roofline model says what to expect on an H100 and decides nothing
-            native_fmt = _gw_format(config, "native")
+            native_fmt = gw_format_of(config, "native")
             speed, why = _gate(spec, kind, x, w, native_fmt)
             if why and x.device.type == "cuda":
                 plans.append(LayerPlan(name, kind, wshape, "skipped", why, speed=speed))
