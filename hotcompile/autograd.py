@@ -272,13 +272,10 @@ def _native_compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows, weight: to
     dtype = _autocast_dtype(x3)
     if dtype is not None and x3.is_floating_point() and x3.dtype != dtype:
         x3 = x3.to(dtype)
+    if spec.gw_bits is None:  # unquantized HLA: no op layer to bypass, the ops path's own
+        return _compress(spec, x3, grid_w, rows, weight)
     signs = _signs(spec, rows, x3, weight)
-    if spec.gw_bits is None:  # unquantized HLA keeps T x in float32, as the ops path does
-        out: tuple[torch.Tensor, ...] = (
-            hla_transform(signed(x3, signs), grid_w, tuple(rows), spec.block),
-        )
-    else:
-        out = native.compress(x3, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs)
+    out = native.compress(x3, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs)
     return out if signs is None else (*out, signs)
 
 

@@ -63,6 +63,18 @@ def test_native_equals_ops(scaling: str, signs: bool) -> None:
         assert rel < 0.02, (k, rel)
 
 
+@pytest.mark.parametrize("signs", [False, True])
+def test_native_unquantized_hla_is_the_ops_paths(signs: bool) -> None:
+    """``gw_bits=None`` (HLA without quantization) takes the ops path's own compression on the
+    native lowering: the last layer's g_w is the ops path's bit for bit."""
+    x = torch.randn(4, 32, 32)
+    base = {"compiler": "aot_eager", "gx_scaling": "per_token", "gw_bits": None}
+    base["hla_signs"] = signs
+    ops = _grads({**base, "lowering": "ops"}, x)
+    nat = _grads({**base, "lowering": "native"}, x)
+    assert torch.equal(ops["fc2.weight"], nat["fc2.weight"])
+
+
 @pytest.mark.slow
 def test_native_through_inductor_cpu_matches_aot_eager() -> None:
     """Inductor's CPU code generation of the native backward (fused butterflies, max-abs,
