@@ -98,3 +98,11 @@ def hla_transform(x: torch.Tensor, grid_w: int, rows: tuple[int, ...], n: int = 
     coeffs = fwht_last(blocks.transpose(-1, -2).contiguous(), n)  # [N, nb, D, n]
     kept = coeffs[..., list(rows)]  # [N, nb, D, r]
     return kept.transpose(-1, -2).reshape(-1, x.shape[-1])
+
+
+def hla_operand(x: torch.Tensor, grid_w: int, rows, n: int = 16) -> torch.Tensor:
+    """The g_w path's operand before quantization, float32: HLA's ``T x`` (``rows``
+    non-empty) or, without HLA, the plain row matrix ``[N·S, D]`` of ``x: [N, S, D]``."""
+    if rows:
+        return hla_transform(x, grid_w, tuple(rows), n)
+    return x.reshape(-1, x.shape[-1]).to(torch.float32)

@@ -19,7 +19,7 @@ import torch
 
 from hotcompile import lqs, numerics
 from hotcompile.hadamard import block_hadamard, padded
-from hotcompile.hla import hla_transform, patch_side, signed
+from hotcompile.hla import hla_operand, hla_transform, patch_side, signed
 from hotcompile.quant import code_dtype
 from hotcompile.quant import quantize as _quantize
 
@@ -42,13 +42,6 @@ def _hla_rows_out(N, S, grid_w: int, nrows: int, block: int):
 
 def _compressed_rows(N, S, grid_w: int, rows: list[int], block: int):
     return _hla_rows_out(N, S, grid_w, len(rows), block) if rows else N * S
-
-
-def _transform(x: torch.Tensor, grid_w: int, rows: list[int], block: int) -> torch.Tensor:
-    """HLA's ``T x`` (rows non-empty) or the plain row matrix of ``x: [N, S, D]``."""
-    if rows:
-        return hla_transform(x, grid_w, tuple(rows), block)
-    return x.reshape(-1, x.shape[-1]).to(torch.float32)
 
 
 # --------------------------------------------------------------------------- transforms
@@ -152,7 +145,7 @@ def abc_compress(
     kernel multiplies as it loads, so no signed copy of x is made.
     """
     x = signed(x, signs)
-    q, s = _quantize(_transform(x, grid_w, rows, block), bits, False, rounding, "maxabs")
+    q, s = _quantize(hla_operand(x, grid_w, rows, block), bits, False, rounding, "maxabs")
     return q.t().contiguous().t(), s
 
 
@@ -290,7 +283,7 @@ def hla_grad_weight(
     ``sx: [1]``; returns float32 ``[O, I]``. ``signs``: g_y is signed first, as x was by
     ``abc_compress`` (the caller applies HLA's n/r factor).
     """
-    g_t = _transform(signed(gy, signs), grid_w, rows, block)
+    g_t = hla_operand(signed(gy, signs), grid_w, rows, block)
     gq, sg = _quantize(g_t, bits, False, rounding, "maxabs")
     if check:
         numerics.check_scale(sg, layer, "g_w")
@@ -328,7 +321,7 @@ def hla_grad_weight_dense(
     the forward), so x is what is saved.
     """
     x = signed(x, signs)
-    xq, sx = _quantize(_transform(x, grid_w, rows, block), bits, False, rounding, "maxabs")
+    xq, sx = _quantize(hla_operand(x, grid_w, rows, block), bits, False, rounding, "maxabs")
     return hla_grad_weight(gy, xq, sx, grid_w, rows, block, bits, rounding, layer, check, signs)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from hotcompile.hadamard import block_hadamard, padded
-from hotcompile.hla import hla_transform, signed
+from hotcompile.hla import hla_operand, signed
 from hotcompile.quant import FP8_E4M3, quantize
 
 #: roundings the native path implements (no host-drawn seeds: ``stochastic`` needs the ops)
@@ -114,9 +114,7 @@ def hla_codes(
         return _triton_ops().hla_quantize(
             _plain(x3), grid_w, list(rows), bits, rounding, False, False, _plain(signs)
         )
-    xs = signed(x3, signs)
-    t = hla_transform(xs, grid_w, rows, 16) if rows else xs.reshape(-1, xs.shape[-1]).float()
-    q, s = quantize(t, bits, False, rounding, "maxabs")
+    q, s = quantize(hla_operand(signed(x3, signs), grid_w, rows), bits, False, rounding, "maxabs")
     return q.t().contiguous(), s  # [D, R] row-major, as the kernel writes it
 
 
