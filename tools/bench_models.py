@@ -44,7 +44,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from hotcompile import compat
+from hotcompile.compat import import_module  # timm / transformers next to a CPU torch
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -75,12 +75,6 @@ class ModelSpec:
 
 
 # ----------------------------------------------------------------------------- libraries
-
-
-def import_module(name: str):
-    """``importlib.import_module`` after making torchvision importable
-    (``hotcompile.compat``): timm imports it, and so do transformers' model classes."""
-    return compat.import_module(name)
 
 
 def missing(spec: ModelSpec) -> str | None:
