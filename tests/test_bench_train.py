@@ -34,7 +34,7 @@ def _load_bench():
 bench = _load_bench()
 #: timm imports here? (On the CPU machines pip pairs the CPU torch with a CUDA torchvision
 #: wheel whose ops cannot load; bench_models imports timm anyway, see
-#: bench_models._torchvision_without_ops. Asking here applies that to this process too, so
+#: hotcompile.compat.torchvision_without_ops. Asking here applies that to this process too, so
 #: that a later ``import timm`` in the same test session does not raise.) Without timm, the
 #: timm models are skipped with that reason, and checked as skipped.
 HAVE_TIMM = sys.modules["bench_models"].missing(bench.MODELS["vit_b16"]) is None
