@@ -23,6 +23,16 @@ FP8_E4M3 = "fp8_e4m3"
 FP8_MAX = 448.0
 
 
+def has_fp8_gemm(device: torch.device) -> bool:
+    """Whether ``torch._scaled_mm`` multiplies FP8-e4m3 on ``device``: the CPU, or a CUDA GPU of
+    compute capability 8.9+ (Ada, Hopper). Older GPUs (A100) have no FP8 tensor cores: the
+    kernels then write INT8 codes (exact for INT4-grid values too) and use ``_int_mm``."""
+    if device.type != "cuda":
+        return True
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.cuda.get_device_capability(index) >= (8, 9)
+
+
 def qmax(bits: int) -> int:
     """Largest code of a symmetric ``bits``-bit quantizer (7 for INT4, 127 for INT8)."""
     if bits not in (4, 8):

@@ -27,6 +27,7 @@ from hotcompile.config import HotConfig
 from hotcompile.hla import hla_rows
 from hotcompile.lowering import hot as native
 from hotcompile.lowering.gate import Shape, Speed, decide
+from hotcompile.quant import has_fp8_gemm
 
 log = logging.getLogger("hotcompile")
 
@@ -287,12 +288,14 @@ def _lowering(config: HotConfig, kind: str, x: torch.Tensor, probe_hla: bool) ->
     return "native" if ok else "ops"
 
 
-def gw_format_of(config: HotConfig, lowering: str) -> str:
+def gw_format_of(config: HotConfig, lowering: str, device: torch.device | None = None) -> str:
     """``gw_format="auto"``: FP8-e4m3 g_w codes on the native path (Hopper's FP8 GEMM is the
-    fast one), INT8 elsewhere and whenever g_w is not 8 bits."""
+    fast one) where ``device`` multiplies FP8, INT8 elsewhere (a GPU without FP8, the ops
+    lowering) and whenever g_w is not 8 bits. ``device`` None or meta: as on an H100."""
     if config.gw_format != "auto":
         return config.gw_format
-    return "fp8" if lowering == "native" and config.gw_bits == 8 else "int8"
+    fp8_device = device is None or device.type == "meta" or has_fp8_gemm(device)
+    return "fp8" if lowering == "native" and config.gw_bits == 8 and fp8_device else "int8"
 
 
 def _scaling(config: HotConfig, name: str, lowering: str = "ops") -> tuple[str, str]:
@@ -354,12 +357,13 @@ def _spec(
     hla: bool,
     signs: bool = False,
     lowering: str = "ops",
+    device: torch.device | None = None,
     **conv: Any,
 ) -> LayerSpec:
     """The layer's spec; ``hla``: this layer runs HLA (config.hla and not turned off by the
     plan). Without HLA the g_w path quantizes x and g_y only (``hla_rows`` empty). ``signs``:
     HLA with random signs (``config.hla_signs``, resolved for this layer). ``lowering``: the
-    layer's (:func:`_lowering`), which also resolves ``gw_format="auto"``."""
+    layer's (:func:`_lowering`), which with ``device`` also resolves ``gw_format="auto"``."""
     return LayerSpec(
         name=name,
         kind=kind,
@@ -369,7 +373,7 @@ def _spec(
         lqs_key=key,
         weight_scale=config.weight_scale,
         gw_bits=config.gw_bits,
-        gw_format=gw_format_of(config, lowering),
+        gw_format=gw_format_of(config, lowering, device),
         hla_rows=hla_rows(config.hla_rows, config.rank, config.block_size) if hla else (),
         block=config.block_size,
         rounding=config.rounding,
@@ -557,7 +561,7 @@ def rewrite(
         key = _lqs_key(config, name, weights.get(w_node, gm), scaling, probe_hla)
         use_hla = config.hla and (hla_plan is None or hla_plan[0])
         signs = config.hla_signs is True or x_node in tokens
-        spec = _spec(config, name, kind, scaling, key, use_hla, signs, lowering, **conv)
+        spec = _spec(config, name, kind, scaling, key, use_hla, signs, lowering, x.device, **conv)
         if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
             # one row per sample: no token dimension to low-pass, INT8 quantization only
             spec = dataclasses.replace(spec, hla_rows=())

@@ -287,3 +287,21 @@ def test_triton_op_bodies_equal_the_reference_in_triton_interpreter() -> None:
         timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_gpus_without_fp8_get_int8_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An A100 (compute capability 8.0) has no FP8 GEMM: ``gw_format="auto"`` resolves to INT8
+    there, and the check says so; sm_89+ and the CPU multiply FP8."""
+    from hotcompile.passes.rewrite import gw_format_of
+
+    from hotcompile.quant import has_fp8_gemm
+
+    cuda = torch.device("cuda", 0)
+    cfg = HotConfig()
+    for cap, fmt in (((8, 0), "int8"), ((8, 9), "fp8"), ((9, 0), "fp8")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None, c=cap: c)
+        assert has_fp8_gemm(cuda) == (fmt == "fp8")
+        assert gw_format_of(cfg, "native", cuda) == fmt
+        assert gw_format_of(cfg, "ops", cuda) == "int8"
+    assert has_fp8_gemm(torch.device("cpu"))
+    assert gw_format_of(cfg, "native", torch.device("meta")) == "fp8"  # the report: an H100

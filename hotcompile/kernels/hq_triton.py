@@ -17,8 +17,6 @@ are bit-identical to the CPU reference for ``nearest`` and ``pseudo_stochastic``
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -27,7 +25,7 @@ from hotcompile import lqs, numerics
 from hotcompile.kernels import dispatch, hq_cuda, scratch
 from hotcompile.kernels.hla_triton import hla_quantize as _hla_quantize
 from hotcompile.kernels.rounding import codes, sawb_scale
-from hotcompile.quant import PSEUDO_BITS, qmax
+from hotcompile.quant import PSEUDO_BITS, has_fp8_gemm, qmax
 
 ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2}
 #: tile size (elements) of one program; rows per program = TILE // BLOCK_O
@@ -300,11 +298,6 @@ def launch_hq_quantize(
         kernel[grid](gy, codes, scales, amax, stats, *args, MODE=2, **common)
 
 
-@functools.lru_cache(maxsize=8)
-def _has_fp8(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) >= (8, 9)
-
-
 def quantize_weight(w: torch.Tensor, bits: int, weight_scale: str, fp8: bool):
     """``Ŵq = Q(B·W)`` per tensor, nearest, as the GEMM's column-major B operand ``[I, O_pad]``.
 
@@ -355,7 +348,7 @@ def hq_grad_input_cuda(
         return _reference(gy, w, *args)
     per_token = scaling == "per_token"
     L, I = gy.shape[0], w.shape[1]
-    fp8 = bits == 4 and I % 16 == 0 and I > 0 and _has_fp8(gy.device.index or 0)
+    fp8 = bits == 4 and I % 16 == 0 and I > 0 and has_fp8_gemm(gy.device)
     codes, sg = hq_quantize(
         gy, bits, per_token, rounding, torch.float8_e4m3fn if fp8 else torch.int8,
         16 if fp8 else 1, layer=layer,

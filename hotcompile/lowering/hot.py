@@ -35,7 +35,7 @@ import torch
 
 from hotcompile.hadamard import block_hadamard, padded
 from hotcompile.hla import hla_operand, signed
-from hotcompile.quant import FP8_E4M3, quantize
+from hotcompile.quant import FP8_E4M3, has_fp8_gemm, quantize
 
 #: roundings the native path implements (no host-drawn seeds: ``stochastic`` needs the ops)
 ROUNDINGS = ("nearest", "pseudo_stochastic")
@@ -145,7 +145,7 @@ def grad_input(
     float32 (exact for INT4: |sum| < 49·O < 2^24) or float64 (INT8).
     """
     L, I = gy2.shape[0], w.shape[1]
-    fp8 = bits == 4 and _fp8_ok(I)
+    fp8 = bits == 4 and _fp8_ok(I) and has_fp8_gemm(gy2.device)
     pad = 16 if fp8 else 1
     gq, sg = quantize_gy(gy2, bits, per_token, rounding, fp8, pad)
     wq, sw = quantize_weight(w, bits, weight_scale, fp8)  # [I, O_pad]
@@ -194,7 +194,7 @@ def grad_weight(
     scale = sg * sx / (16 if rows else 1)
     R = gqt.shape[1]
     if rounding == FP8_E4M3:
-        if _fp8_ok(O, R, I):
+        if _fp8_ok(O, R, I) and has_fp8_gemm(gqt.device):
             one = torch.ones((), dtype=torch.float32, device=gqt.device)
             gw = torch._scaled_mm(
                 gqt.contiguous(),
