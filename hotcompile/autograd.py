@@ -292,12 +292,22 @@ def _native_weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows)
     )
 
 
+def is_empty(t: torch.Tensor) -> bool:
+    """``t`` has no elements, where that is certain (a symbolic size is not guarded on)."""
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    return bool(guard_or_false(t.numel() == 0))
+
+
 class HotLinearFunction(torch.autograd.Function):
-    """``F.linear`` with HOT's backward."""
+    """``F.linear`` with HOT's backward. An empty input (a zero-size batch) takes the exact
+    backward: HOT's per-tensor scales would reduce over nothing."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, spec: LayerSpec):
         y = F.linear(x, weight, bias)
+        if is_empty(x):
+            spec = dataclasses.replace(spec, exact=True)
         ctx.spec = spec
         ctx.x_shape = x.shape
         ctx.x_dtype = x.dtype

@@ -695,11 +695,6 @@ def _has_ac(info: _GraphInfo, layer: str) -> bool:
     )
 
 
-def _has_ac_hot(info: _GraphInfo, layer: str) -> bool:
-    """A rewritten layer inside a checkpointed region (its compression is recomputed too)."""
-    return _has_ac(info, layer)
-
-
 def _input_saved(info: _GraphInfo | None, layer: str, plan: Any, kind: str) -> tuple[bool, str]:
     """Whether the layer's full-precision input is saved in this variant, and why."""
     if info is None or info.capture.bw is None:
@@ -710,12 +705,11 @@ def _input_saved(info: _GraphInfo | None, layer: str, plan: Any, kind: str) -> t
     ac = _has_ac(info, layer)
     saved_roots = {_root(s): s for s in info.saved}
     if x not in saved_roots:
-        if ac and (plan is None or plan.path == "skipped" or _has_ac_hot(info, layer)):
-            return True, (
-                "activation checkpointing: the layer is inside a checkpointed region; its "
-                "input is recomputed in full precision in the backward from the region's "
-                "saved input, so there is nothing for ABC to compress"
-            )
+        if ac:
+            # Not saved at all: the region's forward runs again in the backward. For a HOT
+            # layer that is what ABC expects (the compression is recomputed with it), so it
+            # is noted, not flagged.
+            return False, "recomputed in the backward (activation checkpointing)"
         return False, ""
     s = saved_roots[x]
     xname = info.fw_names.names.get(x, x.name)
@@ -1092,7 +1086,10 @@ def _render_text(d: GraphDiff, color: bool, code: bool) -> str:
     for lay in d.layers:
         path = lay.path
         path = st.green(path) if path in ("hot", "gx_only") else st.yellow(path)
-        flag = st.red("x saved: " + lay.input_saved_reason) if lay.flagged else st.green("ok")
+        if lay.flagged:
+            flag = st.red("x saved: " + lay.input_saved_reason)
+        else:
+            flag = st.green("ok" + (f": {lay.input_saved_reason}" if lay.input_saved_reason else ""))
         rows.append(
             [
                 lay.name,

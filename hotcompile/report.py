@@ -16,7 +16,6 @@ import argparse
 import copy
 import csv
 import dataclasses
-import importlib
 import io
 import json
 import math
@@ -431,6 +430,7 @@ class _Node:
     out_shape: tuple | None
     target: Any
     weight_grad: bool
+    op: str = ""
 
 
 def _shape(node: Any) -> tuple | None:
@@ -441,23 +441,22 @@ def _shape(node: Any) -> tuple | None:
 
 
 def _candidates(gm: torch.fx.GraphModule) -> list[_Node]:
-    """The calls the rewrite pass plans, in its order (it emits one plan per such call)."""
-    # the package re-exports the function ``rewrite`` under the module's name
-    rw = importlib.import_module("hotcompile.passes.rewrite")
-    targets = (*rw.LINEAR_TARGETS, *rw.CONV2D_TARGETS, *rw.UNSUPPORTED_TARGETS)
+    """The calls the rewrite pass plans, in its order (it emits one plan per weight call),
+    sized in their linear form (a matmul with a ``[in, out]`` weight as ``[out, in]``)."""
+    from hotcompile.passes import matmul
+
     found = []
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target not in targets:
-            continue
-        x, w = rw._arg(node, 0, "input"), rw._arg(node, 1, "weight")
-        wv = rw._meta(w)
+    for _, call in matmul.weight_calls(matmul.Scope(gm, matmul.parameter_nodes(gm))):
+        x, w = call.linear_shapes()
+        wv = matmul.value(call.param if call.param is not None else call.weight)
         found.append(
             _Node(
-                _shape(x),
-                _shape(w),
-                _shape(node),
-                node.target,
-                bool(wv is not None and wv.requires_grad),
+                x,
+                w,
+                _shape(call.node),
+                call.node.target,
+                bool(isinstance(wv, torch.Tensor) and wv.requires_grad),
+                call.op,
             )
         )
     return found
@@ -586,13 +585,20 @@ def _trace(
 # --------------------------------------------------------------------------- layers
 
 
-def _gemm_dims(node: _Node, kind: str) -> tuple[Any, Any, Any] | None:
-    """(L, O, I) of a call in the GEMM view of its backward; None when shapes are unknown."""
+#: weight calls of the matmul family that the rewrite left alone (sized by x and the output)
+_MATMULS = ("addmm", "mm", "matmul", "bmm", "baddbmm", "mv", "addmv")
+
+
+def _gemm_dims(node: _Node, kind: str) -> tuple[Any, Any, Any]:
+    """(L, O, I) of a call in the GEMM view of its backward; zeros when the shapes do not say
+    (an ``einsum``: the row is listed, with its reason, without costs)."""
     x, w, out = node.x_shape, node.w_shape, node.out_shape
-    if x is None or w is None or out is None:
-        return None
-    if kind == "linear":
+    if kind == "linear" and x is not None and w is not None:
         return math.prod(x[:-1]), w[0], w[1]
+    if node.op in _MATMULS and x is not None and out is not None:
+        return math.prod(out[:-1]), (out[-1] if out else 1), x[-1]
+    if x is None or w is None or out is None:
+        return 0, 0, 0
     if "transpose" in getattr(node.target, "__name__", ""):
         # col2im GEMM: x (L_in × C_in) · W (C_in × C_out·k²)
         return x[0] * math.prod(x[2:]), math.prod(w[1:]), w[0]
@@ -621,10 +627,8 @@ def _layer(
     graph_index: int, node: _Node, plan: Any, config: HotConfig, opts: dict[str, Any],
     symbols: dict,
 ) -> LayerReport | None:  # fmt: skip
-    kind = plan.kind if plan.kind != "other" else getattr(node.target, "__name__", "other")
+    kind = plan.kind_text if plan.kind != "other" else plan.op or "other"
     dims = _gemm_dims(node, plan.kind)
-    if dims is None:
-        return None
     (L_sym, L_val), (O, _), (I, _) = (_expr(d, symbols) for d in dims)
     spec = plan.spec
     n = spec.block if spec is not None else config.block_size

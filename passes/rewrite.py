@@ -15,40 +15,40 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import logging
-import re
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from hotcompile import lqs
-from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
+from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear, is_empty
 from hotcompile.config import HotConfig
 from hotcompile.hla import hla_rows
 from hotcompile.lowering import hot as native
 from hotcompile.lowering.gate import Shape, Speed, decide
+from hotcompile.passes.matmul import (
+    Scope,
+    WeightCall,
+    module_path,
+    parameter_name,
+    parameter_nodes,
+    weight_calls,
+)
 from hotcompile.quant import has_fp8_gemm
 
 log = logging.getLogger("hotcompile")
 
-LINEAR_TARGETS = (torch._C._nn.linear, F.linear)
-CONV2D_TARGETS = (torch.conv2d, F.conv2d)
 #: embedding lookups: (target, position of the indices argument)
 EMBEDDING_TARGETS = {F.embedding: 0, torch.embedding: 1}
-#: ops HOT leaves alone on purpose, with the reason reported to the user.
-UNSUPPORTED_TARGETS: dict[Any, str] = {
-    torch.conv1d: "conv1d is not supported yet (only conv2d)",
-    torch.conv3d: "conv3d is not supported yet (only conv2d)",
-    torch.conv_transpose1d: "transposed convs keep autograd's backward",
-    torch.conv_transpose2d: "transposed convs keep autograd's backward",
-    torch.conv_transpose3d: "transposed convs keep autograd's backward",
-}
 
 
 @dataclasses.dataclass(frozen=True)
 class LayerPlan:
     """What the rewrite decided for one layer of one compiled graph.
 
+    ``op``: the call as the model wrote it (``linear``, ``addmm``, ``matmul``, ...; a matmul
+    with a weight operand runs as the linear layer it is); ``region``: ``"checkpoint"`` for a
+    layer inside an activation-checkpointed region (its forward is recomputed in the backward).
     ``path``: ``"hot"`` (HQ g_x + HLA g_w), ``"gx_only"`` (frozen weight: HQ g_x, nothing saved
     for g_w), ``"exact"`` (config.exact: rewritten, every transform off) or ``"skipped"``
     (autograd's backward; ``reason`` says why). ``hla_plan``: the plan's HLA choice for this
@@ -65,6 +65,15 @@ class LayerPlan:
     needs_gx: bool = True
     hla_plan: tuple[bool, float | None, str] | None = None
     speed: Speed | None = None
+    op: str = ""
+    region: str = ""
+
+    @property
+    def kind_text(self) -> str:
+        """``linear``, or ``linear (addmm)`` for a layer written as another matmul, with
+        ``, checkpoint`` for one inside an activation-checkpointed region."""
+        text = self.kind if not self.op or self.op == self.kind else f"{self.kind} ({self.op})"
+        return f"{text}, {self.region}" if self.region else text
 
     @property
     def quantizer(self) -> str | None:
@@ -133,7 +142,7 @@ class LayerPlan:
             gx = f"{hq} INT{s.gx_bits} {self.quantizer}" if s.gx_quantized else "exact"
         return {
             "layer": self.name,
-            "kind": self.kind,
+            "kind": self.kind_text,
             "weight": "x".join(map(str, self.weight_shape)),
             "path": self.path,
             "g_x": gx,
@@ -166,18 +175,13 @@ def _gw_codes(s: LayerSpec) -> str:
     return "FP8" if s.gw_format == "fp8" and s.gw_bits == 8 else f"INT{s.gw_bits}"
 
 
-_SUBSCRIPT = re.compile(r"\._modules\[['\"]([^'\"]+)['\"]\]|\[['\"]([^'\"]+)['\"]\]|\[(\d+)\]")
-
-
 def layer_name(node: torch.fx.Node) -> str:
     """The module path of the layer a node belongs to, as ``model.named_modules()`` spells it."""
     stack = node.meta.get("nn_module_stack")
     if not stack:
         return node.name
     path = list(stack.values())[-1][0]
-    path = re.sub(r"^[LG]\[['\"][^'\"]*['\"]\]", "", str(path))
-    path = _SUBSCRIPT.sub(lambda m: "." + next(g for g in m.groups() if g is not None), path)
-    return path.strip(".") or node.name
+    return module_path(str(path)) or node.name
 
 
 def _arg(node: torch.fx.Node, index: int, name: str, default: Any = None) -> Any:
@@ -203,16 +207,20 @@ def _module_state(node: torch.fx.Node) -> bool:
     return isinstance(name, str) and ("._buffers[" in name or "._parameters[" in name)
 
 
-def _from_discrete_input(node: torch.fx.Node) -> bool:
+def _from_discrete_input(node: torch.fx.Node, scope: Scope | None = None) -> bool:
     """``node`` is computed from an integer graph input (token ids), not only from values built
     inside the graph (``arange`` positions), from module buffers (``position_ids``) or from
-    parameters."""
+    parameters. In a HOP body (``scope``) a placeholder stands for the outer value passed."""
     stack, seen = [node], set()
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
+        outer = scope.outer_node(n) if scope is not None else n
+        if outer is not n:
+            stack.append(outer)
+            continue
         if n.op == "placeholder" and not _module_state(n):
             v = _meta(n)
             if v is not None and not (
@@ -223,7 +231,9 @@ def _from_discrete_input(node: torch.fx.Node) -> bool:
     return False
 
 
-def token_sequence_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+def token_sequence_nodes(
+    gm: torch.fx.GraphModule, scope: Scope | None = None, outer: set | None = None
+) -> set[torch.fx.Node]:
     """The nodes computed from a token embedding: an embedding lookup whose indices come from
     an integer input of the graph, and everything downstream of it.
 
@@ -232,15 +242,20 @@ def token_sequence_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     low-pass then drops a large part of g_w *systematically* (byte LM: +17% loss; 32 M-param LM
     on an H100: +87%). ``hla_signs="auto"`` gives exactly these layers HLA's random signs, which
     make the estimate unbiased. One pass in graph order suffices (FX graphs are topologically
-    sorted). A graph that starts after a graph break cannot see the embedding.
+    sorted). A graph that starts after a graph break cannot see the embedding. In a HOP body
+    (``scope``), placeholders fed by ``outer`` (the outer graph's token nodes) are token nodes.
     """
     marked: set[torch.fx.Node] = set()
     for n in gm.graph.nodes:
+        if n.op == "placeholder" and scope is not None and outer:
+            if scope.inputs.get(n) in outer:
+                marked.add(n)
+            continue
         if n.op == "call_function" and n.target in EMBEDDING_TARGETS:
             indices = _arg(
                 n, EMBEDDING_TARGETS[n.target], "input" if n.target is F.embedding else "indices"
             )
-            if isinstance(indices, torch.fx.Node) and _from_discrete_input(indices):
+            if isinstance(indices, torch.fx.Node) and _from_discrete_input(indices, scope):
                 marked.add(n)
                 continue
         if any(i in marked for i in n.all_input_nodes):
@@ -416,7 +431,12 @@ CONV_GATE_REASON = (
 
 
 def _gate(
-    spec: LayerSpec, kind: str, x: torch.Tensor, w: torch.Tensor, native_gw_format: str = "fp8"
+    spec: LayerSpec,
+    kind: str,
+    x: torch.Tensor,
+    out_features: int,
+    need_gw: bool,
+    native_gw_format: str = "fp8",
 ) -> tuple[Speed | None, str]:
     """``prefer="speed"``: the gate's times for this layer (measured on CUDA, the roofline
     model on meta tensors, both of the native path) and the reason to keep the exact backward
@@ -430,7 +450,7 @@ def _gate(
         # path does not take (warm-up, stochastic rounding): the user wants HOT's numerics
         # there, and timing a host-bound path per layer would say nothing about its step
         return None, ""
-    I, O = _hint(x.shape[-1]), _hint(w.shape[0])
+    I, O = _hint(x.shape[-1]), _hint(out_features)
     L = 1
     for d in x.shape[:-1]:
         L *= _hint(d)
@@ -447,7 +467,7 @@ def _gate(
         gx_bits=spec.gx_bits, per_token=spec.gx_scaling != "per_tensor", gw_bits=spec.gw_bits,
         gw_rounding=spec.gw_rounding, rounding=spec.rounding, weight_scale=spec.weight_scale,
         signs=spec.hla_signs and bool(spec.hla_rows), need_gx=x.requires_grad,
-        need_gw=w.requires_grad,
+        need_gw=need_gw,
         dtype="bfloat16" if torch.is_autocast_enabled("cuda") or x.dtype == torch.bfloat16
         else str(x.dtype).replace("torch.", ""),
     )  # fmt: skip
@@ -481,13 +501,81 @@ def _weight_objects(gm: torch.fx.GraphModule, example_inputs) -> dict[torch.fx.N
     return found
 
 
+def _fake_value(fn, *args: Any) -> Any:
+    """``fn`` applied to the example values of ``args`` (fake tensors: no compute)."""
+    vals = [_meta(a) if isinstance(a, torch.fx.Node) else a for a in args]
+    if any(isinstance(a, torch.fx.Node) and v is None for a, v in zip(args, vals)):
+        return None
+    try:
+        with torch.no_grad():
+            return fn(*vals)
+    except Exception:  # noqa: BLE001 - a value for display only; the graph is what runs
+        return None
+
+
+def _add(graph: torch.fx.Graph, like: torch.fx.Node, target, args: tuple, fn) -> torch.fx.Node:
+    """A new call before ``like`` with ``like``'s metadata (module stack, source) and its own
+    example value (``fn`` on the example values of ``args``)."""
+    kind = "call_method" if isinstance(target, str) else "call_function"
+    with graph.inserting_before(like):
+        node = graph.create_node(kind, target, args)
+    node.meta.update({k: v for k, v in like.meta.items() if k not in ("example_value", "val")})
+    val = _fake_value(fn, *args)
+    if val is not None:
+        node.meta["example_value"] = val
+    return node
+
+
+def _emit(gm: torch.fx.GraphModule, call: WeightCall, fn, spec: LayerSpec) -> None:
+    """Write ``call`` as ``fn`` (``hot_linear``/``hot_conv2d``) in its linear form."""
+    node = call.node
+    if call.rewritable_form:
+        node.target = _make_call(fn, spec)
+        node.args = (call.x, call.weight, call.bias)
+        node.kwargs = {}
+        return
+    g = gm.graph
+    x, w = call.x, call.weight
+    if call.weight_left:
+        x = _add(g, node, "transpose", (x, -1, -2), lambda v, a, b: v.transpose(a, b))
+    if call.transposed:
+        w = _add(g, node, "t", (w,), lambda v: v.t())
+    y = _add(g, node, _make_call(fn, spec), (x, w, call.bias), F.linear)
+    if call.weight_left:
+        y = _add(g, node, "transpose", (y, -1, -2), lambda v, a, b: v.transpose(a, b))
+    if call.unflatten:
+        y = _add(g, node, "flatten", (y, 0, -2), lambda v, a, b: v.flatten(a, b))
+    if call.bias_add is not None:
+        y = _add(g, node, "add", (y, call.bias_add), lambda a, b: a + b)
+    y.meta.update(node.meta)  # the value the model's next op reads is the call's own
+    node.replace_all_uses_with(y)
+    g.erase_node(node)
+
+
+def _name(call: WeightCall, scope: Scope, seen: dict[str, int]) -> str:
+    """The layer's name: its module's path (``h.0.attn.c_attn``); for a matmul with a
+    parameter that is not that module's ``weight``, the parameter's path (``blocks.0.W``).
+    Repeated calls of one module get ``:1``, ``:2``, ..."""
+    name = layer_name(call.node)
+    if not call.rewritable_form and call.param is not None:
+        pname = parameter_name(scope.outer_node(call.param))
+        if pname and pname != f"{name}.weight" and pname != name:
+            name = pname.removesuffix(".weight")
+    seen[name] = seen.get(name, 0) + 1
+    return f"{name}:{seen[name] - 1}" if seen[name] > 1 else name
+
+
 def rewrite(
     gm: torch.fx.GraphModule,
     config: HotConfig,
     example_inputs: Any = None,
     probe_hla: bool = False,
 ) -> list[LayerPlan]:
-    """Rewrite ``gm`` in place; return the plan of every linear/conv-like call it saw.
+    """Rewrite ``gm`` in place; return the plan of every weight call it saw.
+
+    Weight calls are ``F.linear``, ``F.conv2d``, and every matmul with a parameter operand
+    (:mod:`hotcompile.passes.matmul`), inside activation-checkpointed regions too. Each is
+    rewritten or listed with the reason it keeps autograd's backward.
 
     ``example_inputs`` (what the backend receives) identify each layer's weight tensor, which
     keys its runtime LQS state; without them a layer's state is keyed by ``gm`` instead.
@@ -495,96 +583,115 @@ def rewrite(
     (ABC off) and measure HLA's g_w error in their backward, for the plan's HLA choice.
     """
     weights = _weight_objects(gm, example_inputs)
-    tokens = token_sequence_nodes(gm) if config.hla_signs == "auto" else set()
+    root = Scope(gm, parameter_nodes(gm, example_inputs))
+    auto = config.hla_signs == "auto"
+    tokens: dict[int, set] = {id(gm): token_sequence_nodes(gm) if auto else set()}
     plans: list[LayerPlan] = []
     seen: dict[str, int] = {}
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function":
+    touched: set[torch.fx.GraphModule] = {gm}
+    for scope, call in weight_calls(root):
+        if id(scope.gm) not in tokens:  # a HOP body: its inputs carry the outer marks
+            outer = tokens.get(id(scope.outer.gm), set()) if scope.outer else set()
+            tokens[id(scope.gm)] = token_sequence_nodes(scope.gm, scope, outer) if auto else set()
+        plan = _plan_call(config, scope, call, weights, tokens[id(scope.gm)], probe_hla, seen)
+        plans.append(plan)
+        if plan.path == "skipped":
+            log.info("hotcompile: skip %s (%s): %s", plan.name, plan.kind_text, plan.reason)
             continue
-        target = node.target
-        if target in UNSUPPORTED_TARGETS:
-            plan = LayerPlan(layer_name(node), "other", (), "skipped", UNSUPPORTED_TARGETS[target])
-            plans.append(plan)
-            log.info("hotcompile: skip %s: %s", plan.name, plan.reason)
-            continue
-        if target in LINEAR_TARGETS:
-            kind = "linear"
-        elif target in CONV2D_TARGETS:
-            kind = "conv2d"
-        else:
-            continue
-        name = layer_name(node)
-        seen[name] = seen.get(name, 0) + 1
-        if seen[name] > 1:
-            name = f"{name}:{seen[name] - 1}"
-        x_node, w_node = _arg(node, 0, "input"), _arg(node, 1, "weight")
-        b_node = _arg(node, 2, "bias")
-        x, w = _meta(x_node), _meta(w_node)
-        wshape = tuple(w.shape) if w is not None else ()
-
-        def skip(reason: str, name=name, kind=kind, wshape=wshape) -> None:
-            plans.append(LayerPlan(name, kind, wshape, "skipped", reason))
-            log.info("hotcompile: skip %s (%s): %s", name, kind, reason)
-
-        if x is None or w is None:
-            skip("input or weight is not a traced tensor")
-            continue
-        if not (x.is_floating_point() and w.is_floating_point()):
-            skip(f"dtype {x.dtype}/{w.dtype} is not floating point")
-            continue
-        if not (w.requires_grad or x.requires_grad):
-            skip("no gradient needed (weight frozen, input needs no grad)")
-            continue
-        reason = _selected(config, name, w.numel())
-        if reason:
-            skip(reason)
-            continue
-        conv: dict[str, Any] = {}
-        if kind == "conv2d":
-            groups = _arg(node, 6, "groups", 1)
-            if groups != 1:
-                skip(f"groups={groups}: grouped/depthwise convs keep autograd's backward")
-                continue
-            if x.dim() != 4:
-                skip("unbatched conv2d input")
-                continue
-            stride = _pair(_arg(node, 3, "stride", 1))
-            dilation = _pair(_arg(node, 5, "dilation", 1))
-            padding = _conv_padding(_arg(node, 4, "padding", 0), w, dilation, stride)
-            if padding is None:
-                skip(f"padding={_arg(node, 4, 'padding')!r} with stride {stride} is not supported")
-                continue
-            conv = dict(stride=stride, padding=padding, dilation=dilation)
-        lowering = _lowering(config, kind, x, probe_hla)
-        scaling, rule = _scaling(config, name, lowering)
-        hla_plan = _hla_plan(config, name)
-        key = _lqs_key(config, name, weights.get(w_node, gm), scaling, probe_hla)
-        use_hla = config.hla and (hla_plan is None or hla_plan[0])
-        signs = config.hla_signs is True or x_node in tokens
-        spec = _spec(config, name, kind, scaling, key, use_hla, signs, lowering, x.device, **conv)
-        if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
-            # one row per sample: no token dimension to low-pass, INT8 quantization only
-            spec = dataclasses.replace(spec, hla_rows=())
-        if probe_hla:
-            spec = dataclasses.replace(spec, abc=False, hla_probe=bool(spec.hla_rows))
-        speed = None
-        if config.prefer == "speed" and not config.exact and x.device.type in ("cuda", "meta"):
-            # on CUDA the measured verdict decides; on meta tensors (hotcompile report) the
-            # roofline model says what to expect on an H100 and decides nothing
-            native_fmt = gw_format_of(config, "native")
-            speed, why = _gate(spec, kind, x, w, native_fmt)
-            if why and x.device.type == "cuda":
-                plans.append(LayerPlan(name, kind, wshape, "skipped", why, speed=speed))
-                log.info("hotcompile: skip %s (%s): %s", name, kind, why)
-                continue
-        path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")
-        fn = hot_linear if kind == "linear" else hot_conv2d
-        node.target = _make_call(fn, spec)
-        node.args = (x_node, w_node, b_node)
-        node.kwargs = {}
-        plans.append(
-            LayerPlan(name, kind, wshape, path, "", spec, rule, x.requires_grad, hla_plan, speed)
+        fn = hot_linear if call.kind == "linear" else hot_conv2d
+        _emit(scope.gm, call, fn, plan.spec)
+        touched.add(scope.gm)
+        log.info(
+            "hotcompile: %s (%s %s) -> %s",
+            plan.name,
+            plan.kind_text,
+            "x".join(map(str, plan.weight_shape)),
+            plan.path,
         )
-        log.info("hotcompile: %s (%s %s) -> %s", name, kind, "x".join(map(str, wshape)), path)
-    gm.recompile()
+    for m in touched:
+        m.recompile()
     return plans
+
+
+def _plan_call(
+    config: HotConfig,
+    scope: Scope,
+    call: WeightCall,
+    weights: dict,
+    tokens: set,
+    probe_hla: bool,
+    seen: dict[str, int],
+) -> LayerPlan:
+    """What to do with one weight call: a skipped plan with its reason, or the HOT plan whose
+    ``spec`` the rewrite bakes into the graph."""
+    name = _name(call, scope, seen)
+    kind = call.kind
+    region = "checkpoint" if scope.hop == "tag_activation_checkpoint" else ""
+    xs, ws = call.linear_shapes()
+    wshape = tuple(ws) if ws is not None else ()
+
+    def skip(reason: str, speed: Speed | None = None) -> LayerPlan:
+        return LayerPlan(
+            name, kind, wshape, "skipped", reason, speed=speed, op=call.op, region=region
+        )
+
+    if call.reason:
+        return skip(call.reason)
+    if scope.skip:
+        return skip(scope.skip)
+    x, w = _meta(call.x), _meta(call.weight)
+    if x is None or w is None:
+        return skip("input or weight is not a traced tensor")
+    if not (x.is_floating_point() and w.is_floating_point()):
+        return skip(f"dtype {x.dtype}/{w.dtype} is not floating point")
+    if not (w.requires_grad or x.requires_grad):
+        return skip("no gradient needed (weight frozen, input needs no grad)")
+    if is_empty(x):
+        return skip("empty input (no rows): autograd's exact backward")
+    reason = _selected(config, name, w.numel())
+    if reason:
+        return skip(reason)
+    conv: dict[str, Any] = {}
+    node = call.node
+    if kind == "conv2d":
+        groups = _arg(node, 6, "groups", 1)
+        if groups != 1:
+            return skip(f"groups={groups}: grouped/depthwise convs keep autograd's backward")
+        if x.dim() != 4:
+            return skip("unbatched conv2d input")
+        stride = _pair(_arg(node, 3, "stride", 1))
+        dilation = _pair(_arg(node, 5, "dilation", 1))
+        padding = _conv_padding(_arg(node, 4, "padding", 0), w, dilation, stride)
+        if padding is None:
+            return skip(
+                f"padding={_arg(node, 4, 'padding')!r} with stride {stride} is not supported"
+            )
+        conv = dict(stride=stride, padding=padding, dilation=dilation)
+    if call.weight_left:  # the linear form's input is x.mT
+        x = x.transpose(-1, -2)
+    lowering = _lowering(config, kind, x, probe_hla)
+    scaling, rule = _scaling(config, name, lowering)
+    hla_plan = _hla_plan(config, name)
+    wkey = scope.outer_node(call.param if call.param is not None else call.weight)
+    key = _lqs_key(config, name, weights.get(wkey, scope.gm), scaling, probe_hla)
+    use_hla = config.hla and (hla_plan is None or hla_plan[0])
+    signs = config.hla_signs is True or call.x in tokens
+    spec = _spec(config, name, kind, scaling, key, use_hla, signs, lowering, x.device, **conv)
+    if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
+        # one row per sample: no token dimension to low-pass, INT8 quantization only
+        spec = dataclasses.replace(spec, hla_rows=())
+    if probe_hla:
+        spec = dataclasses.replace(spec, abc=False, hla_probe=bool(spec.hla_rows))
+    speed = None
+    if config.prefer == "speed" and not config.exact and x.device.type in ("cuda", "meta"):
+        # on CUDA the measured verdict decides; on meta tensors (hotcompile report) the
+        # roofline model says what to expect on an H100 and decides nothing
+        native_fmt = gw_format_of(config, "native")
+        speed, why = _gate(spec, kind, x, wshape[0], w.requires_grad, native_fmt)
+        if why and x.device.type == "cuda":
+            return skip(why, speed)
+    path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")
+    return LayerPlan(
+        name, kind, wshape, path, "", spec, rule, x.requires_grad, hla_plan, speed,
+        op=call.op, region=region,
+    )  # fmt: skip

@@ -177,15 +177,19 @@ def test_attention_output_projection_shares_its_input():
     assert [lay.name for lay in d.flagged] == ["attn.proj"]
 
 
-def test_activation_checkpointing_flagged():
+def test_activation_checkpointing_layers_are_hot():
+    """Layers in a checkpointed region get HOT's backward; their input is recomputed, not
+    saved, so the diff notes the checkpointing without flagging the layer."""
     torch.manual_seed(0)
     d = diff(Checkpointed(), torch.randn(2, 16, 32), trace=False)
     layers = {lay.name: lay for lay in d.layers}
     for name in ("inner.fc1", "inner.fc2"):
-        assert layers[name].path == "not rewritten"
-        assert layers[name].flagged
+        assert layers[name].path == "hot"
+        assert not layers[name].flagged
         assert "activation checkpointing" in layers[name].input_saved_reason
+        assert "hotcompile.hq_grad_input" in layers[name].hot_ops
     assert layers["out"].path == "hot" and not layers["out"].flagged
+    assert "ok: recomputed in the backward" in d.to_text(color=False)
 
 
 def test_text_colours(block, monkeypatch):

@@ -232,14 +232,12 @@ def test_gate_model_orders_the_shapes_as_measured() -> None:
 def test_gate_leaves_ops_layers_and_gates_convs() -> None:
     """On CUDA (faked here by the rewrite's view of the input), a linear layer on the ops
     lowering is not gated (its settings ask for HOT), a conv keeps bf16 with the reason."""
+    from hotcompile.autograd import LayerSpec
     from hotcompile.passes.rewrite import CONV_GATE_REASON, _gate
 
-    from hotcompile.autograd import LayerSpec
-
     x = torch.empty(4, 16, 32, device="meta", requires_grad=True)
-    w = torch.empty(48, 32, device="meta", requires_grad=True)
-    assert _gate(LayerSpec("l", lowering="ops"), "conv2d", x, w) == (None, CONV_GATE_REASON)
-    speed, why = _gate(LayerSpec("l", lowering="native"), "linear", x, w)
+    assert _gate(LayerSpec("l", lowering="ops"), "conv2d", x, 48, True) == (None, CONV_GATE_REASON)
+    speed, why = _gate(LayerSpec("l", lowering="native"), "linear", x, 48, True)
     assert speed is not None and speed.source == "model" and why.startswith("speed:")
 
 
@@ -293,7 +291,6 @@ def test_gpus_without_fp8_get_int8_codes(monkeypatch: pytest.MonkeyPatch) -> Non
     """An A100 (compute capability 8.0) has no FP8 GEMM: ``gw_format="auto"`` resolves to INT8
     there, and the check says so; sm_89+ and the CPU multiply FP8."""
     from hotcompile.passes.rewrite import gw_format_of
-
     from hotcompile.quant import has_fp8_gemm
 
     cuda = torch.device("cuda", 0)
