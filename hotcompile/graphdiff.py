@@ -1089,7 +1089,8 @@ def _render_text(d: GraphDiff, color: bool, code: bool) -> str:
         if lay.flagged:
             flag = st.red("x saved: " + lay.input_saved_reason)
         else:
-            flag = st.green("ok" + (f": {lay.input_saved_reason}" if lay.input_saved_reason else ""))
+            note = lay.input_saved_reason
+            flag = st.green(f"ok: {note}" if note else "ok")
         rows.append(
             [
                 lay.name,

@@ -554,10 +554,12 @@ def _emit(gm: torch.fx.GraphModule, call: WeightCall, fn, spec: LayerSpec) -> No
 
 def _name(call: WeightCall, scope: Scope, seen: dict[str, int]) -> str:
     """The layer's name: its module's path (``h.0.attn.c_attn``); for a matmul with a
-    parameter that is not that module's ``weight``, the parameter's path (``blocks.0.W``).
+    parameter that is not that module's ``weight``, or a call outside any submodule, the
+    parameter's path (``blocks.0.W``).
     Repeated calls of one module get ``:1``, ``:2``, ..."""
     name = layer_name(call.node)
-    if not call.rewritable_form and call.param is not None:
+    in_module = name != call.node.name  # else: called at the model's top level
+    if (not call.rewritable_form or not in_module) and call.param is not None:
         pname = parameter_name(scope.outer_node(call.param))
         if pname and pname != f"{name}.weight" and pname != name:
             name = pname.removesuffix(".weight")

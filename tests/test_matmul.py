@@ -131,6 +131,29 @@ def test_hf_conv1d_layers_see_the_token_sequence():
     assert [p.describe()["kind"] for p in plans] == ["linear (addmm)"] * 2
 
 
+def test_gpt2_blocks_are_all_hot_layers():
+    """HF GPT-2 with GPT-2 small's 12 blocks (narrow, so the test is quick): its 48
+    attention/MLP ``Conv1D`` layers and the tied LM head are HOT layers, none skipped."""
+    from hotcompile.compat import import_module
+
+    tf = import_module("transformers")
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(
+        vocab_size=64, n_positions=16, n_embd=32, n_layer=12, n_head=2, use_cache=False,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    model = tf.GPT2LMHeadModel(cfg)
+    backend = HotBackend(**AOT)
+    ids = torch.randint(0, 64, (2, 8))
+    torch.compile(model, backend=backend)(ids).logits.sum().backward()
+    plans = backend.layers
+    conv1d = [p for p in plans if p.name.startswith("transformer.h.")]
+    assert len(conv1d) == 48 and all(p.path == "hot" for p in conv1d)
+    assert {p.name.rsplit(".", 1)[-1] for p in conv1d} == {"c_attn", "c_proj", "c_fc"}
+    assert [p.path for p in plans if p.name == "lm_head"] == ["hot"]
+    assert len(plans) == 49
+
+
 class Mixed(nn.Module):
     """Weight matmuls HOT does not rewrite, next to activation matmuls it must not touch."""
 
