@@ -647,6 +647,8 @@ def run_variant(
         layers = {(p.name, p.path) for p in plans}
         result["hot_layers"] = sorted({n for n, path in layers if path != "skipped"})
         result["skipped_layers"] = sorted({n for n, path in layers if path == "skipped"})
+        #: why each kept autograd's backward (the speed gate's measured times, a shape, ...)
+        result["skip_reasons"] = {p.name: p.reason for p in plans if p.path == "skipped"}
         result["graphs_compiled"] = len({id(r) for r in hotcompile.backend.RECORDS})
         dispatch = sys.modules.get("hotcompile.kernels.dispatch")
         if dispatch is not None:  # which CUDA implementation each layer's stages ran
@@ -952,7 +954,10 @@ def markdown(res: dict[str, Any]) -> str:
             peak = v["peak_bytes"] / GIB if v["peak_bytes"] is not None else None
             notes = []
             if "hot_layers" in v:
-                notes.append(f"{len(v['hot_layers'])} HOT layers")
+                kept = len(v.get("skipped_layers", ()))
+                notes.append(
+                    f"{len(v['hot_layers'])} HOT layers" + (f", {kept} kept bf16" if kept else "")
+                )
             if "float8" in v:
                 f8 = v["float8"]
                 notes.append(
