@@ -867,7 +867,12 @@ def markdown(res: dict[str, Any]) -> str:
             "stopped) here.**",
         ]
     if res.get("parts"):
-        lines += ["", f"Merged from {len(res['parts'])} runs (--merge), one command each."]
+        lines += ["", f"Merged from {len(res['parts'])} runs (--merge), one command each:", ""]
+        lines += [
+            f"- `{p.get('command')}`: commit {p.get('commit')}, {p.get('date')}, "
+            f"{p.get('device')}, torch {p.get('torch')}"
+            for p in res["parts"]
+        ]
     if res.get("merge_warning"):
         lines += ["", f"**Warning: {res['merge_warning']}.**"]
     if res.get("torchvision_note"):
@@ -1169,10 +1174,9 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
             models.pop(m["name"], None)
             models[m["name"]] = m
     res["models"] = list(models.values())
-    res["parts"] = [
-        {k: p.get(k) for k in ("command", "commit", "date", "device", "torch", "total_s")}
-        for p in parts
-    ]
+    keys = ("command", "commit", "date", "device", "torch", "total_s")
+    # a merged result merged again keeps its own parts (their commands and commits)
+    res["parts"] = [q for p in parts for q in p.get("parts") or [{k: p.get(k) for k in keys}]]
     res["command"] = " ; ".join(p["command"] for p in parts)
     res["total_s"] = sum(p.get("total_s", 0.0) for p in parts)
     res["complete"] = all(p.get("complete", True) for p in parts)

@@ -121,7 +121,7 @@ def _gpt2():
     torch.manual_seed(0)
     cfg = tf.GPT2Config(
         vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4, use_cache=False,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=127, eos_token_id=127,
     )  # fmt: skip
     return _lm(tf.GPT2LMHeadModel(cfg), 128)
 
