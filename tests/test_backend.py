@@ -431,3 +431,28 @@ def test_inductor_comprehensive_padding_is_off_unless_asked(padding):
     padded = metrics.num_comprehensive_padding
     assert (padded > 0) if padding else (padded == 0), padded
     assert torch.isfinite(m.head.weight.grad).all()
+
+
+@pytest.mark.slow
+def test_a_graph_without_hot_layers_compiles_as_plain_inductor():
+    """When no layer of a graph takes HOT (gated, excluded, unsupported), the backend leaves
+    inductor's settings alone: the graph compiles as ``torch.compile`` would, padding
+    included (HOT's settings cost GPT-2's step 7% with no HOT layer in it)."""
+    from torch._inductor import metrics
+
+    ic = {"disable_padding_cpu": False, "fx_graph_cache": False}
+    torch.manual_seed(0)
+    m, x, y = _WideHead(), torch.randn(64, 32), torch.randint(2051, (64,))
+    counts = {}
+    for name, opts in (("plain", None), ("excluded", {"exclude": ("*",)})):
+        torch._dynamo.reset()
+        metrics.reset()
+        with torch._inductor.config.patch(ic):
+            if opts is None:
+                torch.compile(m)(x, y).backward()
+            else:
+                backend = hotcompile.HotBackend(**opts, inductor_config=ic)
+                torch.compile(m, backend=backend)(x, y).backward()
+                assert [p.path for p in backend.layers] == ["skipped"]
+        counts[name] = metrics.num_comprehensive_padding
+    assert counts["excluded"] == counts["plain"] > 0, counts
