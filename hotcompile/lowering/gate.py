@@ -161,9 +161,31 @@ def _store(key: str, speed: Speed) -> None:
     diskcache.save(CACHE_FILE, cache)  # a read-only home: the in-memory cache still holds
 
 
+#: one warm-up stream per device: cuBLAS keeps a workspace per stream it ran on (allocated
+#: through the caching allocator, never freed), so a new stream per timing kept ~32 MiB
+#: allocated for the rest of training per measurement
+_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _warmup_stream() -> torch.cuda.Stream:
+    index = torch.cuda.current_device()
+    if index not in _STREAMS:
+        _STREAMS[index] = torch.cuda.Stream()
+    return _STREAMS[index]
+
+
+def _release_workspaces() -> None:
+    """Forget cuBLAS's per-stream workspaces after a timing (the next GEMM allocates its
+    stream's again): the gate must leave the training step's memory as it found it."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        torch.cuda.synchronize()
+        clear()
+
+
 def _graph_us(fn, reps: int = 5, inner: int = 3) -> float:
     """Median device time of ``fn`` (µs), captured once in a CUDA graph, replayed."""
-    stream = torch.cuda.Stream()
+    stream = _warmup_stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):  # warm-up outside the graph: Triton compiles, cuBLAS handles
@@ -183,6 +205,9 @@ def _graph_us(fn, reps: int = 5, inner: int = 3) -> float:
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e3 / inner)
     del graph
+    # the capture allocated cuBLAS's workspace in the graph's pool, now freed: drop cuBLAS's
+    # handle on it (as inductor's CUDA-graph trees do) and the warm-up stream's workspace
+    _release_workspaces()
     return statistics.median(times)
 
 
