@@ -163,7 +163,7 @@ def test_speed_gate_leaves_no_memory_allocated() -> None:
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     gate.measure(s, torch.device("cuda"))
-    gate.measure(dataclasses.replace(s, L=4096 + 16), torch.device("cuda"))  # not cached
+    gate.measure(dataclasses.replace(s, L=8 * 528, S=528), torch.device("cuda"))  # not cached
     gc.collect()
     torch.cuda.synchronize()
     after = torch.cuda.memory_allocated()
