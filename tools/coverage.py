@@ -116,10 +116,17 @@ def _transformers():
     return import_module("transformers")
 
 
-def _gpt2():
+def _hf_config(name: str, **kw):
+    """transformers, and its config class ``name`` built from ``kw``, with the models' random
+    init seeded."""
     tf = _transformers()
     torch.manual_seed(0)
-    cfg = tf.GPT2Config(
+    return tf, getattr(tf, name)(**kw)
+
+
+def _gpt2():
+    tf, cfg = _hf_config(
+        "GPT2Config",
         vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4, use_cache=False,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=127, eos_token_id=127,
     )  # fmt: skip
@@ -141,9 +148,8 @@ def _llama():
 
 
 def _bert():
-    tf = _transformers()
-    torch.manual_seed(0)
-    cfg = tf.BertConfig(
+    tf, cfg = _hf_config(
+        "BertConfig",
         vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=128, max_position_embeddings=32, hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
@@ -158,9 +164,8 @@ def _bert():
 
 
 def _t5():
-    tf = _transformers()
-    torch.manual_seed(0)
-    cfg = tf.T5Config(
+    tf, cfg = _hf_config(
+        "T5Config",
         vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2,
         num_heads=4, dropout_rate=0.0, use_cache=False, decoder_start_token_id=0,
     )  # fmt: skip
@@ -179,9 +184,8 @@ def _t5():
 
 
 def _clip_vision():
-    tf = _transformers()
-    torch.manual_seed(0)
-    cfg = tf.CLIPVisionConfig(
+    tf, cfg = _hf_config(
+        "CLIPVisionConfig",
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         image_size=32, patch_size=8, projection_dim=32,
     )  # fmt: skip
@@ -191,9 +195,8 @@ def _clip_vision():
 
 
 def _whisper_encoder():
-    tf = _transformers()
-    torch.manual_seed(0)
-    cfg = tf.WhisperConfig(
+    tf, cfg = _hf_config(
+        "WhisperConfig",
         vocab_size=128, num_mel_bins=16, d_model=64, encoder_layers=2, encoder_attention_heads=4,
         decoder_layers=1, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
         max_source_positions=16, max_target_positions=16, dropout=0.0, use_cache=False,
