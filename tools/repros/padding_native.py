@@ -10,7 +10,8 @@ HOT graph under ``aot_eager`` (no inductor). CUDA when available, else CPU (indu
 there only with ``disable_padding_cpu=False``, which this sets).
 
 On the CPU (torch 2.13, 2026-11-24) both agree with aot_eager to 2.8e-6 with one buffer
-padded: the bug does not reproduce there. Run it on the GPU next.
+padded. On the H100 (torch 2.11) padding on pads 2 buffers and c_fc's weight gradient is 310×
+its norm off (tools/results/padding_native_h100.md): the bug reproduces there in a minute.
 
     python tools/repros/padding_native.py
 """
