@@ -175,9 +175,8 @@ def _inductor(
     from torch._inductor.compile_fx import compile_fx
 
     # only settings this torch has (config.patch refuses unknown names)
-    patches: dict[str, Any] = {
-        k: v for k, v in INDUCTOR_DEFAULTS.items() if hasattr(inductor_config, k) and rewritten
-    }
+    defaults = INDUCTOR_DEFAULTS if rewritten else {}
+    patches: dict[str, Any] = {k: v for k, v in defaults.items() if hasattr(inductor_config, k)}
     if config.mode not in (None, "default"):
         from torch._inductor import list_mode_options
 

@@ -714,11 +714,6 @@ def _input_saved(info: _GraphInfo | None, layer: str, plan: Any, kind: str) -> t
     s = saved_roots[x]
     xname = info.fw_names.names.get(x, x.name)
     if plan is None:
-        if ac:
-            return True, (
-                "activation checkpointing: the layer is inside a checkpointed region, which "
-                "the rewrite does not enter; its forward is recomputed in the backward"
-            )
         return True, "not rewritten: the hot rewrite did not see this call"
     if plan.path == "skipped":
         return True, f"skipped layer: {plan.reason}"

@@ -433,13 +433,6 @@ class _Node:
     op: str = ""
 
 
-def _shape(node: Any) -> tuple | None:
-    if not isinstance(node, torch.fx.Node):
-        return None
-    v = node.meta.get("example_value", node.meta.get("val"))
-    return tuple(v.shape) if isinstance(v, torch.Tensor) else None
-
-
 def _candidates(gm: torch.fx.GraphModule) -> list[_Node]:
     """The calls the rewrite pass plans, in its order (it emits one plan per weight call),
     sized in their linear form (a matmul with a ``[in, out]`` weight as ``[out, in]``)."""
@@ -453,7 +446,7 @@ def _candidates(gm: torch.fx.GraphModule) -> list[_Node]:
             _Node(
                 x,
                 w,
-                _shape(call.node),
+                matmul.shape(call.node),
                 call.node.target,
                 bool(isinstance(wv, torch.Tensor) and wv.requires_grad),
                 call.op,

@@ -111,7 +111,7 @@ class WeightCall:
 
     def linear_shapes(self) -> tuple[tuple | None, tuple | None]:
         """``(x', W')`` shapes of the linear form (``W'`` as ``[out, in]``); None if unknown."""
-        x, w = _shape(self.x), _shape(self.weight)
+        x, w = shape(self.x), shape(self.weight)
         if self.kind != "linear" or x is None or w is None:
             return x, w
         if self.weight_left:
@@ -121,7 +121,8 @@ class WeightCall:
         return x, w
 
 
-def _shape(node: Any) -> tuple | None:
+def shape(node: Any) -> tuple | None:
+    """The example value's shape of a node (or tensor); None when it has none."""
     v = value(node)
     return tuple(v.shape) if isinstance(v, torch.Tensor) else None
 
@@ -140,31 +141,40 @@ def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
     return node.kwargs.get(name, default)
 
 
-def _source_name(node: fx.Node) -> str | None:
+def source_name(node: fx.Node) -> str | None:
+    """Dynamo's source path of a placeholder (``L['self']._modules['fc']._parameters['weight']``),
+    None when it has none."""
     src = getattr(node.meta.get("grapharg"), "source", None)
     name = getattr(src, "name", None)
     name = name() if callable(name) else name  # a method before torch 2.13, then a property
     return name if isinstance(name, str) else None
 
 
-def parameter_nodes(gm: fx.GraphModule, example_inputs: Any = None) -> set[fx.Node]:
-    """The nodes of ``gm`` that hold a model parameter (frozen ones included)."""
-    found: set[fx.Node] = set()
+def node_objects(gm: fx.GraphModule, example_inputs: Any = None) -> dict[fx.Node, Any]:
+    """The real objects behind ``gm``'s placeholders (``example_inputs``, what the backend
+    receives, when given) and ``get_attr`` nodes."""
+    found: dict[fx.Node, Any] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    real = list(example_inputs) if example_inputs is not None else []
-    for i, n in enumerate(placeholders):
-        name = _source_name(n)
-        if (name is not None and "._parameters[" in name) or (
-            len(real) == len(placeholders) and isinstance(real[i], torch.nn.Parameter)
-        ):
-            found.add(n)
+    if example_inputs is not None and len(example_inputs) == len(placeholders):
+        found.update(zip(placeholders, example_inputs))
     for n in gm.graph.nodes:
         if n.op == "get_attr":
             obj: Any = gm
             for part in str(n.target).split("."):
                 obj = getattr(obj, part, None)
-            if isinstance(obj, torch.nn.Parameter):
-                found.add(n)
+            found[n] = obj
+    return found
+
+
+def parameter_nodes(gm: fx.GraphModule, example_inputs: Any = None) -> set[fx.Node]:
+    """The nodes of ``gm`` that hold a model parameter (frozen ones included): a placeholder
+    Dynamo lifted from a module's ``_parameters``, or any node whose object is one."""
+    found = {n for n, obj in node_objects(gm, example_inputs).items()
+             if isinstance(obj, torch.nn.Parameter)}  # fmt: skip
+    for n in gm.graph.nodes:
+        name = source_name(n) if n.op == "placeholder" else None
+        if name is not None and "._parameters[" in name:
+            found.add(n)
     return found
 
 
@@ -188,7 +198,7 @@ def module_path(source: str) -> str:
 
 def parameter_name(node: fx.Node) -> str | None:
     """``blocks.0.attn.c_attn.weight`` for a parameter placeholder; None when unknown."""
-    name = _source_name(node)
+    name = source_name(node)
     if name is None:
         return None
     return module_path(name.replace("._parameters", "")) or None
@@ -232,11 +242,11 @@ def _batch_shared(w: fx.Node) -> fx.Node | None:
     elif node.op == "call_function" and node.target is torch.unsqueeze and node.args[1:] == (0,):
         src = node.args[0]
     elif node.op == "call_method" and node.target in ("view", "reshape"):
-        shape = _shape(node)
-        if shape is not None and len(shape) == 3 and shape[0] == 1:
+        viewed = shape(node)
+        if viewed is not None and len(viewed) == 3 and viewed[0] == 1:
             src = node.args[0]
-    src_shape = _shape(src)
-    if src_shape is None or len(src_shape) != 2 or src_shape != _shape(w)[1:]:
+    src_shape = shape(src)
+    if src_shape is None or len(src_shape) != 2 or src_shape != shape(w)[1:]:
         return None
     return src
 
@@ -251,7 +261,7 @@ def _flattened_from(x: Any) -> fx.Node | None:
     )
     if not is_view or not isinstance(x.args[0], fx.Node):
         return None
-    src, out = _shape(x.args[0]), _shape(x)
+    src, out = shape(x.args[0]), shape(x)
     if src is None or out is None or len(src) < 3 or len(out) != 2 or src[-1] != out[-1]:
         return None
     return x.args[0]

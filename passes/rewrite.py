@@ -29,9 +29,13 @@ from hotcompile.lowering.gate import Shape, Speed, decide
 from hotcompile.passes.matmul import (
     Scope,
     WeightCall,
+    arg,
     module_path,
+    node_objects,
     parameter_name,
     parameter_nodes,
+    source_name,
+    value,
     weight_calls,
 )
 from hotcompile.quant import has_fp8_gemm
@@ -184,27 +188,18 @@ def layer_name(node: torch.fx.Node) -> str:
     return module_path(str(path)) or node.name
 
 
-def _arg(node: torch.fx.Node, index: int, name: str, default: Any = None) -> Any:
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
-
-
-def _meta(value: Any) -> torch.Tensor | None:
-    if isinstance(value, torch.fx.Node):
-        v = value.meta.get("example_value", value.meta.get("val"))
-        return v if isinstance(v, torch.Tensor) else None
-    return value if isinstance(value, torch.Tensor) else None
+def _meta(node: Any) -> torch.Tensor | None:
+    """The example tensor of ``node`` (a tensor as is); None for anything else."""
+    v = value(node)
+    return v if isinstance(v, torch.Tensor) else None
 
 
 def _module_state(node: torch.fx.Node) -> bool:
     """A placeholder that Dynamo lifted from a module's buffers or parameters (its source reads
     ``..._buffers[...]`` / ``..._parameters[...]``): e.g. a ``position_ids`` buffer, which is
     the model's own index tensor, not the user's tokens. Unknown sources count as inputs."""
-    src = getattr(node.meta.get("grapharg"), "source", None)
-    name = getattr(src, "name", None)
-    name = name() if callable(name) else name  # a method before torch 2.13, then a property
-    return isinstance(name, str) and ("._buffers[" in name or "._parameters[" in name)
+    name = source_name(node)
+    return name is not None and ("._buffers[" in name or "._parameters[" in name)
 
 
 def _from_discrete_input(node: torch.fx.Node, scope: Scope | None = None) -> bool:
@@ -252,7 +247,7 @@ def token_sequence_nodes(
                 marked.add(n)
             continue
         if n.op == "call_function" and n.target in EMBEDDING_TARGETS:
-            indices = _arg(
+            indices = arg(
                 n, EMBEDDING_TARGETS[n.target], "input" if n.target is F.embedding else "indices"
             )
             if isinstance(indices, torch.fx.Node) and _from_discrete_input(indices, scope):
@@ -486,21 +481,6 @@ def _make_call(fn, spec: LayerSpec):
     return call
 
 
-def _weight_objects(gm: torch.fx.GraphModule, example_inputs) -> dict[torch.fx.Node, Any]:
-    """The real weight tensors behind placeholder / get_attr nodes (identity of the layer)."""
-    found: dict[torch.fx.Node, Any] = {}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if example_inputs is not None and len(example_inputs) == len(placeholders):
-        found.update(zip(placeholders, example_inputs))
-    for n in gm.graph.nodes:
-        if n.op == "get_attr":
-            obj: Any = gm
-            for part in str(n.target).split("."):
-                obj = getattr(obj, part, None)
-            found[n] = obj
-    return found
-
-
 def _fake_value(fn, *args: Any) -> Any:
     """``fn`` applied to the example values of ``args`` (fake tensors: no compute)."""
     vals = [_meta(a) if isinstance(a, torch.fx.Node) else a for a in args]
@@ -584,7 +564,7 @@ def rewrite(
     ``probe_hla`` (calibration only, eager compiler): layers that would run HLA keep x in full
     (ABC off) and measure HLA's g_w error in their backward, for the plan's HLA choice.
     """
-    weights = _weight_objects(gm, example_inputs)
+    weights = node_objects(gm, example_inputs)
     root = Scope(gm, parameter_nodes(gm, example_inputs))
     auto = config.hla_signs == "auto"
     tokens: dict[int, set] = {id(gm): token_sequence_nodes(gm) if auto else set()}
@@ -656,17 +636,17 @@ def _plan_call(
     conv: dict[str, Any] = {}
     node = call.node
     if kind == "conv2d":
-        groups = _arg(node, 6, "groups", 1)
+        groups = arg(node, 6, "groups", 1)
         if groups != 1:
             return skip(f"groups={groups}: grouped/depthwise convs keep autograd's backward")
         if x.dim() != 4:
             return skip("unbatched conv2d input")
-        stride = _pair(_arg(node, 3, "stride", 1))
-        dilation = _pair(_arg(node, 5, "dilation", 1))
-        padding = _conv_padding(_arg(node, 4, "padding", 0), w, dilation, stride)
+        stride = _pair(arg(node, 3, "stride", 1))
+        dilation = _pair(arg(node, 5, "dilation", 1))
+        padding = _conv_padding(arg(node, 4, "padding", 0), w, dilation, stride)
         if padding is None:
             return skip(
-                f"padding={_arg(node, 4, 'padding')!r} with stride {stride} is not supported"
+                f"padding={arg(node, 4, 'padding')!r} with stride {stride} is not supported"
             )
         conv = dict(stride=stride, padding=padding, dilation=dilation)
     if call.weight_left:  # the linear form's input is x.mT

@@ -91,10 +91,12 @@ def missing(spec: ModelSpec) -> str | None:
     return None
 
 
-def versions() -> dict[str, str | None]:
+def versions(
+    names: tuple[str, ...] = ("torchao", "timm", "transformers", "torchvision"),
+) -> dict[str, str | None]:
     """Installed versions of the model and float8 libraries (None: not installed)."""
     out: dict[str, str | None] = {}
-    for name in ("torchao", "timm", "transformers", "torchvision"):
+    for name in names:
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

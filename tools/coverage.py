@@ -51,6 +51,10 @@ import torch.nn.functional as F
 import hotcompile
 from hotcompile.compat import import_module
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_models import versions  # noqa: E402  (installed library versions)
+from gpu_tests import _commit  # noqa: E402  (one way to name the commit: env or git)
+
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 #: HOT's options for the check: the default numerics with a fixed g_x quantizer (per token,
@@ -268,17 +272,23 @@ def weight_module_calls(model: nn.Module, inputs: tuple) -> list[str]:
     return calls
 
 
-def _count_graphs(model: nn.Module, inputs: tuple, backend) -> int:
-    torch._dynamo.reset()
-    n = [0]
+def _counting(backend) -> tuple[Callable, list[int]]:
+    """``backend`` wrapped to count the graphs Dynamo hands it (``count[0]``)."""
+    count = [0]
 
-    def counting(gm, example_inputs):
-        n[0] += 1
+    def counted(gm, example_inputs):
+        count[0] += 1
         return backend(gm, example_inputs)
 
-    torch.compile(model, backend=counting)(*inputs)
+    return counted, count
+
+
+def _count_graphs(model: nn.Module, inputs: tuple, backend) -> int:
     torch._dynamo.reset()
-    return n[0]
+    counted, count = _counting(backend)
+    torch.compile(model, backend=counted)(*inputs)
+    torch._dynamo.reset()
+    return count[0]
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -363,13 +373,8 @@ def check(case: Case, steps: int = STEPS, lr: float = 1e-3) -> Row:
     # HOT with its default numerics: the gradients, the plan, the graphs, then training
     model = fresh()
     backend = hotcompile.HotBackend(**OPTIONS)
-    n_graphs = [0]
-
-    def counting(gm, example_inputs):
-        n_graphs[0] += 1
-        return backend(gm, example_inputs)
-
-    compiled = torch.compile(model, backend=counting)
+    counted, n_graphs = _counting(backend)
+    compiled = torch.compile(model, backend=counted)
     hot = grads_of(model, compiled)
     plans = backend.layers
     names = [n for n in exact if n in hot]
@@ -452,26 +457,10 @@ def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
 
 
 def _meta() -> dict[str, Any]:
-    import importlib.metadata
-    import subprocess
-
-    def version(pkg: str) -> str:
-        try:
-            return importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            return "missing"
-
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=RESULTS.parent, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    libs = versions(("timm", "transformers", "peft"))
     return {
-        "torch": torch.__version__, "timm": version("timm"),
-        "transformers": version("transformers"), "peft": version("peft"),
-        "python": platform.python_version(), "commit": commit,
+        "torch": torch.__version__, **{k: v or "missing" for k, v in libs.items()},
+        "python": platform.python_version(), "commit": _commit(),
         "date": datetime.date.today().isoformat(),
     }  # fmt: skip
 

@@ -37,9 +37,12 @@ def main() -> None:
 
         return run
 
+    # the head as the rewrite hands it to the gate (HOT's defaults, signed HLA on text)
+    s = gate.Shape(L=L, O=O, I=I, N=8, S=L // 8, rows=(1,), gx_bits=4, per_token=True,
+                   gw_bits=8, gw_rounding="nearest", rounding="pseudo_stochastic",
+                   weight_scale="maxabs", signs=True)  # fmt: skip
+
     def hot_fn(gy_):
-        s = gate.Shape(L=L, O=O, I=I, N=8, S=L // 8, rows=(1,), signs=True,
-                       gw_rounding="nearest", weight_scale="maxabs")  # fmt: skip
         return gate._hot_fn(s, gy_, w.float(), x)
 
     rows = [
@@ -51,9 +54,6 @@ def main() -> None:
           f"torch {torch.__version__}")  # fmt: skip
     for name, us in rows:
         print(f"  {name:45s} {us:8.0f} µs")
-    s = gate.Shape(L=L, O=O, I=I, N=8, S=L // 8, rows=(1,), gx_bits=4, per_token=True,
-                   gw_bits=8, gw_rounding="nearest", rounding="pseudo_stochastic",
-                   weight_scale="maxabs", signs=True)  # fmt: skip
     print("  gate.measure (fresh):", gate.Speed(
         gate._graph_us(bf16(gy)), gate._graph_us(hot_fn(gy)), "measured").describe())  # fmt: skip
     print("  gate model:", gate.estimate(s).describe())
