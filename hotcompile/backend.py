@@ -31,7 +31,7 @@ import torch
 from hotcompile import lqs
 from hotcompile.config import HotConfig
 from hotcompile.lqs import QUANTIZERS, Plan, PlanEntry
-from hotcompile.passes import LayerPlan, rewrite, tag_abc_recompute
+from hotcompile.passes import LayerPlan, pin_kernel_layouts, rewrite, tag_abc_recompute
 
 log = logging.getLogger("hotcompile")
 
@@ -59,16 +59,23 @@ except ImportError:  # pragma: no cover
 
 
 class HotCachePass(_CustomGraphPass):  # type: ignore[misc]
-    """A post-grad pass that changes nothing but keys inductor's caches on hotcompile.
+    """The post-grad pass: keys inductor's caches on hotcompile and, in the post-grad graph
+    only (the subclass for the joint graph skips it), pins the layouts of the buffers HOT's
+    kernels touch so that comprehensive padding cannot give them stale views
+    (``hotcompile.passes.layout``).
 
     It wraps a pass the user already configured, if any (torch 2.11 takes one object per hook).
     """
+
+    pin_layouts = True
 
     def __init__(self, config: HotConfig, inner: Any = None) -> None:
         self.config = config
         self.inner = inner
 
     def __call__(self, graph: torch.fx.Graph) -> None:
+        if self.pin_layouts:
+            pin_kernel_layouts(graph)
         if self.inner is not None:
             self.inner(graph)
 
@@ -82,6 +89,8 @@ class HotJointPass(HotCachePass):
     """The joint-graph pass (before partitioning): ABC's compression is recomputed in the
     backward where the backward reads x anyway (``hotcompile.passes.abc_recompute``), then the
     user's own joint pass, if any, runs."""
+
+    pin_layouts = False
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         tag_abc_recompute(graph, self.config.abc_recompute)

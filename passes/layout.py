@@ -1,0 +1,93 @@
+"""Pin the layout of every buffer HOT's kernels read or write, so inductor may pad the rest.
+
+Inductor's comprehensive padding rounds the row stride of unaligned buffers up (GPT-2's
+``[tokens, 50257]`` logits to 50264) — worth ~1 ms a step on GPT-2 small's head. It decides a
+buffer's padding when the buffer's layout is frozen, and asks the node *being lowered at that
+moment* whether it dislikes padding (``meta["dislike_padding"]``). User-defined Triton kernels
+(HOT's ``triton_op`` kernels) dislike it: their stride arguments were traced as constants.
+But on torch 2.11 inductor marks only the kernel node itself, not the nodes around it, so:
+
+    buf1 = logits' gradient              (a pointwise kernel, flexible layout)
+    mm(view(buf1, (64, 2051)))           lowered first: the view freezes buf1 *padded*, (2080, 1)
+    hla_quant_kernel(buf1, ...)          buf1 allocated unpadded, (2051, 1): the mm's view is stale
+
+and the mm read rows at stride 2080 from a buffer written at stride 2051: every gradient
+upstream of the head was garbage (``tools/repros/padding_native.py``; the generated code is
+in ``tools/results/padding_native_h100.md``). The same stale layout fed ``hq_grad_input`` on
+the ``ops`` path (``tools/results/gpt2_nan_gpu``).
+
+This post-grad pass marks, for every tensor a HOT kernel takes, the buffer behind it (walking
+back through views), every view of that buffer and every consumer of those views as disliking
+padding. Whoever freezes such a buffer then freezes it unpadded, and all its readers agree.
+Buffers no HOT kernel touches — the forward logits, attention, everything else — still get
+padded.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+#: the ``node.meta`` key inductor's ``Layout._pad_strides`` reads (torch 2.11–2.14)
+DISLIKE = "dislike_padding"
+#: namespaces of HOT's opaque ops (the ``ops`` path); ``triton_op`` bodies are inlined into
+#: the graph as Triton-kernel wrapper nodes
+HOT_NAMESPACES = ("hotcompile", "hotcompile_lowering")
+
+
+def _is_kernel(node: torch.fx.Node) -> bool:
+    """A node that runs a user-defined Triton kernel or one of HOT's opaque ops."""
+    if node.op != "call_function":
+        return False
+    from torch._higher_order_ops import triton_kernel_wrap as tkw
+
+    target = node.target
+    if isinstance(target, (tkw.TritonKernelWrapperMutation, tkw.TritonKernelWrapperFunctional)):
+        return True
+    return isinstance(target, torch._ops.OpOverload) and target.namespace in HOT_NAMESPACES
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """A node whose output aliases its first input's storage (no buffer of its own)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:  # an element of a view op's list (split, unbind)
+        return bool(node.all_input_nodes) and _is_view(node.all_input_nodes[0])
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+
+
+def _storage_root(node: torch.fx.Node) -> torch.fx.Node:
+    """The node that owns ``node``'s buffer: back through views to the first non-view."""
+    while _is_view(node) and node.args and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    return node
+
+
+def _views_of(root: torch.fx.Node) -> list[torch.fx.Node]:
+    """``root`` and every node that views its buffer, transitively."""
+    seen, todo = {root}, [root]
+    while todo:
+        for user in todo.pop().users:
+            if user not in seen and _is_view(user):
+                seen.add(user)
+                todo.append(user)
+    return list(seen)
+
+
+def pin_kernel_layouts(graph: torch.fx.Graph) -> int:
+    """Mark the buffers HOT's kernels touch, their views and their readers as disliking
+    padding (see the module docstring). Returns how many nodes it marked."""
+    marked: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if not _is_kernel(node):
+            continue
+        marked.add(node)
+        for arg in node.all_input_nodes:
+            for view in _views_of(_storage_root(arg)):
+                marked.add(view)
+                marked.update(view.users)
+    for node in marked:
+        node.meta[DISLIKE] = True
+    return len(marked)
