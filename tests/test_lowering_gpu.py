@@ -176,7 +176,9 @@ def test_padding_keeps_gradients(gx_bits: int | None) -> None:
     logits' gradient feeds HOT's kernels and, through a view, another reader. On torch 2.11
     that view went stale (padded strides over an unpadded buffer) and the gradients were 310×
     off; ``hotcompile.passes.layout`` pins those buffers. Deterministic numerics (rounding to
-    nearest): inductor's gradients equal aot_eager's of the same graph, with buffers padded."""
+    nearest): inductor's gradients equal aot_eager's of the same graph, with buffers padded
+    (with HQ's INT4 g_x, a g_y that differs in its last bits may move a code across a rounding
+    boundary: a looser bound, still 4 orders of magnitude below the bug's error)."""
     pytest.importorskip("transformers")
     from conftest import load_tool
 
@@ -184,4 +186,4 @@ def test_padding_keeps_gradients(gx_bits: int | None) -> None:
     padded = next(r for r in rows if r["padding"])
     assert padded["padded"] > 0, "inductor padded nothing: the test does not exercise padding"
     for r in rows:
-        assert r["rel"] < 2e-3, r
+        assert r["rel"] < (2e-3 if gx_bits is None else 3e-2), r
