@@ -22,7 +22,6 @@ import hashlib
 import importlib
 import logging
 import pathlib
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -155,37 +154,23 @@ def aot_decomp_partition(
     )(gm, list(example_inputs))
 
 
-#: inductor settings the backend changes unless ``inductor_config`` names them itself.
-#:
-#: ``comprehensive_padding``: inductor (seen on torch 2.11 + CUDA) pads the row stride of an
-#: unaligned buffer — GPT-2's ``[tokens, 50257]`` cross-entropy gradient — in the layout one
-#: consumer reads while another consumer freezes the buffer unpadded: the copy it feeds
-#: ``hq_grad_input`` then reads rows at stride 50304 from a buffer written at stride 50257,
-#: i.e. shifted rows and memory past the buffer's end. The g_x of the tied head was garbage,
-#: the gradients were not repeatable and GPT-2 reached NaN within two steps
-#: (tools/results/gpt2_nan_gpu/README.md; the same stale-layout bug as pytorch/pytorch#194281).
-#: Without padding the compiled backward matches ``aot_eager``'s; the cost is unaligned rows
-#: in the few buffers with an odd width.
-INDUCTOR_DEFAULTS: dict[str, Any] = {"comprehensive_padding": False}
-
-
 def _inductor(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
     config: HotConfig,
     rewritten: bool = True,
 ):
-    """Inductor with HOT's settings and passes. ``rewritten=False`` (no layer of this graph
-    takes HOT: all gated, excluded or unsupported): plain inductor with only the user's
-    ``mode`` and ``inductor_config``, so that such a graph compiles exactly as
-    ``torch.compile`` would (``INDUCTOR_DEFAULTS`` exist for HOT's ops; without padding,
-    GPT-2's step with no HOT layer was 0.93x of inductor's on the H100)."""
+    """Inductor with HOT's passes. ``rewritten=False`` (no layer of this graph takes HOT: all
+    gated, excluded or unsupported): plain inductor with only the user's ``mode`` and
+    ``inductor_config``, so that such a graph compiles exactly as ``torch.compile`` would.
+
+    Inductor's own settings stay as they are, comprehensive padding included: the post-grad
+    pass pins the buffers HOT's kernels touch (``hotcompile.passes.layout`` says why; until
+    it existed the backend turned padding off, which cost GPT-2's unaligned logits)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
-    # only settings this torch has (config.patch refuses unknown names)
-    defaults = INDUCTOR_DEFAULTS if rewritten else {}
-    patches: dict[str, Any] = {k: v for k, v in defaults.items() if hasattr(inductor_config, k)}
+    patches: dict[str, Any] = {}
     if config.mode not in (None, "default"):
         from torch._inductor import list_mode_options
 
@@ -193,16 +178,6 @@ def _inductor(
     patches.update(config.inductor_config)
     if not rewritten:
         return compile_fx(gm, example_inputs, config_patches=patches)
-    if patches.get("comprehensive_padding") and any(
-        isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs
-    ):
-        warnings.warn(
-            "hotcompile: inductor_config comprehensive_padding=True re-enables the inductor "
-            "layout bug that fed HOT's ops misread gradients on CUDA (torch 2.11, GPT-2's NaN; "
-            "see hotcompile.backend.INDUCTOR_DEFAULTS). Check the gradients with "
-            "tools/repros/grad_consistency.py before training with it.",
-            stacklevel=2,
-        )
     user_pass = patches.pop("post_grad_custom_post_pass", None)
     if user_pass is None:
         user_pass = inductor_config.post_grad_custom_post_pass

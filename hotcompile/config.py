@@ -143,10 +143,9 @@ class HotConfig:
         mode: the inductor mode (``"reduce-overhead"``, ``"max-autotune"``, ...), since a
             custom backend cannot get ``mode=`` and ``options=`` together from torch.compile.
         inductor_config: extra ``torch._inductor.config`` patches for the inner compiler, as
-            a mapping or tuple of pairs (e.g. ``{"max_autotune": True}``). In a graph with
-            a HOT layer the backend turns inductor's ``comprehensive_padding`` off
-            (``backend.INDUCTOR_DEFAULTS`` says why); naming it here overrides that. A graph
-            with no HOT layer compiles with inductor's own settings plus these.
+            a mapping or tuple of pairs (e.g. ``{"max_autotune": True}``). Inductor's own
+            settings otherwise, comprehensive padding included (the buffers HOT's kernels
+            touch are pinned unpadded: ``hotcompile.passes.layout``).
         check_nonfinite: ``"once"`` warns once per layer, naming it, when a NaN/Inf reaches a
             HOT backward (the NaN/Inf itself always propagates); ``"off"`` skips the check
             (on CUDA: the largest scale copied into a pinned ring without blocking, read when

@@ -11,7 +11,7 @@ import operator
 import torch
 import torch.fx
 
-from hotcompile.passes.layout import DISLIKE, pin_kernel_layouts
+from hotcompile.passes.layout import DISLIKE, could_pad, pin_kernel_layouts
 
 aten = torch.ops.aten
 
@@ -26,36 +26,73 @@ def _kernel(g: torch.fx.Graph, **tensors: torch.fx.Node) -> torch.fx.Node:
     )  # fmt: skip
 
 
+def _val(node: torch.fx.Node, *shape: int, dtype: torch.dtype = torch.float32) -> torch.fx.Node:
+    node.meta["val"] = torch.empty(shape, dtype=dtype, device="meta")
+    return node
+
+
 def _marked(g: torch.fx.Graph) -> set[str]:
     return {n.name for n in g.nodes if n.meta.get(DISLIKE)}
 
 
-def test_a_kernel_input_its_views_and_their_readers_are_pinned() -> None:
-    # the GPT-2 head: logits' gradient feeds HOT's kernel and, through a view, an mm
+def test_an_unaligned_kernel_input_its_views_and_their_readers_are_pinned() -> None:
+    # the GPT-2 head of the repro: the logits' gradient [2, 32, 2051] feeds HOT's kernel and,
+    # through a view, an mm (the reader that froze it padded on torch 2.11)
     g = torch.fx.Graph()
     logits, w, other_in = g.placeholder("logits"), g.placeholder("w"), g.placeholder("o")
-    grad = g.call_function(aten.mul.Tensor, (logits, 2.0))
-    flat = g.call_function(aten.view.default, (grad, [64, 2051]))
+    grad = _val(g.call_function(aten.mul.Tensor, (logits, 2.0)), 2, 32, 2051)
+    flat = _val(g.call_function(aten.view.default, (grad, [64, 2051])), 64, 2051)
     tr = g.call_function(aten.t.default, (flat,))
     mm = g.call_function(aten.mm.default, (flat, w))
     mm_t = g.call_function(aten.mm.default, (tr, w))
-    codes = g.call_function(aten.empty.memory_format, ([2051, 32],))
+    codes = _val(g.call_function(aten.empty.memory_format, ([2051, 32],)), 2051, 32)
     as3d = g.call_function(aten.view.default, (grad, [2, 32, 2051]))
     k = _kernel(g, x=as3d, out=codes)
     unrelated = g.call_function(aten.add.Tensor, (other_in, 1.0))
     g.output((mm, mm_t, k, unrelated))
 
     n = pin_kernel_layouts(g)
-    want = {grad.name, flat.name, tr.name, mm.name, mm_t.name, codes.name, k.name, as3d.name}
+    # codes [2051, 32] int8 cannot be padded (row stride 32): it and its readers stay free
+    want = {grad.name, flat.name, tr.name, mm.name, mm_t.name, k.name, as3d.name}
     assert _marked(g) == want and n == len(want)
-    # what HOT does not touch may still be padded: the forward logits, unrelated work
     assert logits.name not in _marked(g) and unrelated.name not in _marked(g)
 
 
-def test_split_outputs_and_opaque_hot_ops_count() -> None:
+def test_an_aligned_kernel_input_leaves_its_readers_free_to_pad() -> None:
+    # GPT-2's head input [tokens, 768] feeds HOT's ABC kernel and the logits' mm: pinning the
+    # mm would keep the [tokens, 50257] logits unpadded, so an aligned buffer is left alone
+    g = torch.fx.Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    h = _val(g.call_function(aten.relu.default, (x,)), 8192, 768, dtype=torch.bfloat16)
+    logits = _val(g.call_function(aten.mm.default, (h, w)), 8192, 50257, dtype=torch.bfloat16)
+    k = _kernel(g, x=h)
+    g.output((logits, k))
+    pin_kernel_layouts(g)
+    assert _marked(g) == {k.name}
+
+
+def test_could_pad_follows_inductors_rule() -> None:
+    g = torch.fx.Graph()
+    node = g.placeholder("x")
+    cases = [
+        ((64, 2051), torch.float32, True),  # row stride 2051 > 1024, not a multiple of 32
+        ((64, 2048), torch.float32, False),  # aligned
+        ((64, 1000), torch.float32, False),  # below the stride threshold
+        ((8, 3, 50257), torch.bfloat16, True),
+        ((3, 50257, 1), torch.int8, True),  # the unaligned stride is an outer one
+        ((50257,), torch.float32, False),  # one dimension: nothing to pad
+    ]
+    for shape, dtype, want in cases:
+        _val(node, *shape, dtype=dtype)
+        assert could_pad(node) == want, (shape, dtype)
+    del node.meta["val"]
+    assert could_pad(node)  # unknown: assume inductor may pad it
+
+
+def test_split_outputs_and_a_reader_of_a_sibling_are_pinned() -> None:
     g = torch.fx.Graph()
     x = g.placeholder("x")
-    buf = g.call_function(aten.relu.default, (x,))
+    buf = _val(g.call_function(aten.relu.default, (x,)), 16, 2051)
     parts = g.call_function(aten.split.Tensor, (buf, 8))
     first = g.call_function(operator.getitem, (parts, 0))
     second = g.call_function(operator.getitem, (parts, 1))
