@@ -170,20 +170,19 @@ def test_speed_gate_leaves_no_memory_allocated() -> None:
     assert after - before < 1 << 20, (before, after)
 
 
-@pytest.mark.parametrize("gx_bits", [None, 4])
-def test_padding_keeps_gradients(gx_bits: int | None) -> None:
+def test_padding_keeps_gradients() -> None:
     """Comprehensive padding on, a one-block GPT-2 with an unaligned vocabulary (2051): the
-    logits' gradient feeds HOT's kernels and, through a view, another reader. On torch 2.11
-    that view went stale (padded strides over an unpadded buffer) and the gradients were 310×
-    off; ``hotcompile.passes.layout`` pins those buffers. Deterministic numerics (rounding to
-    nearest): inductor's gradients equal aot_eager's of the same graph, with buffers padded
-    (with HQ's INT4 g_x, a g_y that differs in its last bits may move a code across a rounding
-    boundary: a looser bound, still 4 orders of magnitude below the bug's error)."""
+    logits' gradient feeds HOT's kernels and, through a view, an mm. On torch 2.11 that view
+    went stale (padded strides over an unpadded buffer) and the gradients were 310× off;
+    ``hotcompile.passes.layout`` pins those buffers. Deterministic numerics (g_x exact,
+    rounding to nearest): inductor's gradients equal aot_eager's of the same graph. (With
+    HQ's INT4 g_x the comparison is not deterministic: fp32 attention backward differs in
+    its last bits from run to run and nearest rounding moves codes across a boundary — the
+    repro's second table, 6e-6 to 0.3 between runs with padding off.)"""
     pytest.importorskip("transformers")
     from conftest import load_tool
 
-    rows = load_tool("repros/padding_native.py").gradient_errors(gx_bits)
-    padded = next(r for r in rows if r["padding"])
-    assert padded["padded"] > 0, "inductor padded nothing: the test does not exercise padding"
+    rows = load_tool("repros/padding_native.py").gradient_errors(None)
+    assert rows[1]["padding"] and rows[1]["padded"] > 0, rows  # the logits are still padded
     for r in rows:
-        assert r["rel"] < (2e-3 if gx_bits is None else 3e-2), r
+        assert r["rel"] < 2e-3, r
