@@ -22,6 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tools"))
 
+import bench_models  # noqa: E402
 import bench_train as bench  # noqa: E402
 from conftest import rel  # noqa: E402
 
@@ -33,7 +34,7 @@ def grads(options: dict | None, repeats: int = 1) -> list[dict[str, torch.Tensor
     compile (inductor on CUDA, aot_eager on the CPU), else ``backend="hot"``."""
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = bench.WithLoss(bench.GPT2(ctx=128, dim=64, depth=2, heads=4)).to(DEV)
+    m = bench.WithLoss(bench_models.GPT2(ctx=128, dim=64, depth=2, heads=4)).to(DEV)
     if options is None:
         c = torch.compile(m, backend="aot_eager" if DEV == "cpu" else "inductor")
     else:
