@@ -22,7 +22,6 @@ import hashlib
 import importlib
 import logging
 import pathlib
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -155,43 +154,24 @@ def aot_decomp_partition(
     )(gm, list(example_inputs))
 
 
-#: inductor settings for graphs with a layer on the ``ops`` lowering (HOT's opaque custom
-#: ops: convolutions, ``lowering="ops"``, settings the native path cannot honour), unless
-#: ``inductor_config`` names them itself.
-#:
-#: ``comprehensive_padding``: inductor (seen on torch 2.11 + CUDA) pads the row stride of an
-#: unaligned buffer — GPT-2's ``[tokens, 50257]`` cross-entropy gradient — in the layout one
-#: consumer reads while another consumer freezes the buffer unpadded: the copy it feeds
-#: ``hq_grad_input`` then read rows at stride 50304 from a buffer written at stride 50257.
-#: GPT-2 reached NaN within two steps (tools/results/gpt2_nan_gpu/README.md). On the native
-#: lowering ``hotcompile.passes.layout`` pins the buffers HOT's kernels touch and padding
-#: stays on (verified: ``tests/test_lowering_gpu.py::test_padding_keeps_gradients``); on
-#: the ops lowering the pin was not enough on the H100 (the GPT-2 regression test,
-#: ``tests/test_gpu.py::test_gpt2_tied_head_gradients_under_inductor_cuda``, still failed
-#: with padding on), so such graphs keep padding off.
-OPS_INDUCTOR_DEFAULTS: dict[str, Any] = {"comprehensive_padding": False}
-
-
 def _inductor(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
     config: HotConfig,
     rewritten: bool = True,
-    ops_layers: bool = False,
 ):
     """Inductor with HOT's passes. ``rewritten=False`` (no layer of this graph takes HOT: all
     gated, excluded or unsupported): plain inductor with only the user's ``mode`` and
     ``inductor_config``, so that such a graph compiles exactly as ``torch.compile`` would.
 
-    Otherwise inductor's own settings, comprehensive padding included — the post-grad pass
-    pins the buffers HOT's kernels touch (``hotcompile.passes.layout``) — except in graphs
-    with a layer on the ops lowering (``ops_layers``): ``OPS_INDUCTOR_DEFAULTS``."""
+    Otherwise inductor's own settings too, comprehensive padding included: the post-grad pass
+    pins the buffers HOT's kernels and ops touch (``hotcompile.passes.layout`` says why; until
+    it existed the backend turned padding off, which cost GPT-2's unaligned logits ~1 ms a
+    step on the H100)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
-    # only settings this torch has (config.patch refuses unknown names)
-    defaults = OPS_INDUCTOR_DEFAULTS if rewritten and ops_layers else {}
-    patches: dict[str, Any] = {k: v for k, v in defaults.items() if hasattr(inductor_config, k)}
+    patches: dict[str, Any] = {}
     if config.mode not in (None, "default"):
         from torch._inductor import list_mode_options
 
@@ -199,16 +179,6 @@ def _inductor(
     patches.update(config.inductor_config)
     if not rewritten:
         return compile_fx(gm, example_inputs, config_patches=patches)
-    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
-    if ops_layers and cuda and patches.get("comprehensive_padding"):
-        warnings.warn(
-            "hotcompile: inductor_config comprehensive_padding=True in a graph with layers on "
-            "the ops lowering re-enables the inductor layout bug that fed HOT's ops misread "
-            "gradients on CUDA (torch 2.11, GPT-2's NaN; see "
-            "hotcompile.backend.OPS_INDUCTOR_DEFAULTS). Check the gradients with "
-            "tools/repros/grad_consistency.py before training with it.",
-            stacklevel=2,
-        )
     user_pass = patches.pop("post_grad_custom_post_pass", None)
     if user_pass is None:
         user_pass = inductor_config.post_grad_custom_post_pass
@@ -274,10 +244,7 @@ class HotBackend:
             return gm.forward
         if self.config.compiler == "aot_eager":
             return aot_decomp_partition(gm, example_inputs, abc_recompute=self.config.abc_recompute)
-        ops_layers = any(
-            p.path != "skipped" and p.spec is not None and p.spec.lowering == "ops" for p in layers
-        )
-        return _inductor(gm, example_inputs, self.config, n_hot > 0, ops_layers)
+        return _inductor(gm, example_inputs, self.config, rewritten=n_hot > 0)
 
     @property
     def layers(self) -> list[LayerPlan]:

@@ -145,9 +145,7 @@ class HotConfig:
         inductor_config: extra ``torch._inductor.config`` patches for the inner compiler, as
             a mapping or tuple of pairs (e.g. ``{"max_autotune": True}``). Inductor's own
             settings otherwise, comprehensive padding included (the buffers HOT's kernels
-            touch are pinned unpadded: ``hotcompile.passes.layout``), except in graphs with a
-            layer on the ``ops`` lowering, where padding is off
-            (``backend.OPS_INDUCTOR_DEFAULTS`` says why); naming it here overrides that.
+            touch are pinned unpadded: ``hotcompile.passes.layout``).
         check_nonfinite: ``"once"`` warns once per layer, naming it, when a NaN/Inf reaches a
             HOT backward (the NaN/Inf itself always propagates); ``"off"`` skips the check
             (on CUDA: the largest scale copied into a pinned ring without blocking, read when

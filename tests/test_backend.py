@@ -411,41 +411,18 @@ class _WideHead(nn.Module):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("padding", [None, True])
-def test_ops_lowering_turns_padding_off_unless_asked(padding):
-    """Inductor's comprehensive padding corrupted the input of the head's hq_grad_input on
-    CUDA (a stale padded layout: GPT-2's NaN, tools/results/gpt2_nan_gpu/README.md), so a
-    graph with layers on the ops lowering compiles without it — forward and backward graph —
-    unless ``inductor_config`` names it. On the CPU inductor skips padding anyway;
-    ``disable_padding_cpu=False`` lets it run here."""
+@pytest.mark.parametrize("lowering", ["native", "ops"])
+def test_padding_stays_on_and_gradients_hold(lowering):
+    """Inductor's comprehensive padding stays on in graphs with HOT layers (it pads GPT-2's
+    unaligned logits): the [64, 2051] logits are padded, while the buffers HOT's kernels and
+    ops touch are pinned (``hotcompile.passes.layout``; on CUDA a stale padded view of the
+    logits' gradient broke the head's gradients — GPT-2's NaN). The gradients equal the same
+    HOT graph's under aot_eager. On the CPU inductor skips padding by default;
+    ``disable_padding_cpu=False`` lets it run."""
     from torch._inductor import metrics
 
     ic = {"disable_padding_cpu": False, "fx_graph_cache": False}
-    if padding is not None:
-        ic["comprehensive_padding"] = padding
-    torch.manual_seed(0)
-    m, x, y = _WideHead(), torch.randn(64, 32), torch.randint(2051, (64,))
-    torch._dynamo.reset()
-    metrics.reset()
-    opts = {"gx_scaling": "per_token", "lowering": "ops", "inductor_config": ic}
-    torch.compile(m, backend="hot", options=opts)(x, y).backward()
-    padded = metrics.num_comprehensive_padding
-    assert (padded > 0) if padding else (padded == 0), padded
-    assert torch.isfinite(m.head.weight.grad).all()
-
-
-@pytest.mark.slow
-def test_native_lowering_keeps_padding_and_gradients_hold():
-    """On the native lowering inductor's comprehensive padding stays on (it pads GPT-2's
-    unaligned logits): the [64, 2051] logits are padded, while the buffers HOT's kernels
-    touch are pinned (``hotcompile.passes.layout``; on CUDA a stale padded view of the logits'
-    gradient broke the head's gradients). The gradients equal the same HOT graph's under
-    aot_eager. On the CPU inductor skips padding by default; ``disable_padding_cpu=False``
-    lets it run."""
-    from torch._inductor import metrics
-
-    ic = {"disable_padding_cpu": False, "fx_graph_cache": False}
-    det = {"gx_scaling": "per_token", "rounding": "nearest", "lowering": "native"}
+    det = {"gx_scaling": "per_token", "rounding": "nearest", "lowering": lowering}
     grads = {}
     for compiler in ("aot_eager", "inductor"):
         torch.manual_seed(0)
