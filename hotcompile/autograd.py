@@ -52,6 +52,7 @@ class LayerSpec:
     name: str
     kind: str = "linear"
     gx_bits: int | None = 4
+    gx_format: str = "int"
     hadamard: bool = True
     gx_scaling: str = "per_token"
     lqs_key: str = ""
@@ -83,6 +84,12 @@ class LayerSpec:
         return FP8_E4M3 if self.gw_format == "fp8" else self.rounding
 
     @property
+    def gx_rounding(self) -> str:
+        """The g_x path's rounding argument: ``quant.FP8_E4M3`` for FP8 values
+        (``gx_format="fp8"``), else the configured rounding."""
+        return FP8_E4M3 if self.gx_format == "fp8" else self.rounding
+
+    @property
     def gx_block(self) -> int:
         """Hadamard block of the g_x path; 1 (identity transform) without Hadamard."""
         return self.block if self.hadamard else 1
@@ -93,7 +100,7 @@ class LayerSpec:
         return (
             self.gx_bits,
             self.gx_scaling,
-            self.rounding,
+            self.gx_rounding,
             self.weight_scale,
             self.gx_block,
             self.name,
@@ -254,7 +261,7 @@ def _input_grad(spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor) -> torch.T
         if gy2.shape[0] == 0:
             return gy2.new_zeros((0, w2.shape[1]))
         return native.grad_input(
-            gy2, w2, spec.gx_bits, spec.per_token, spec.rounding, spec.weight_scale
+            gy2, w2, spec.gx_bits, spec.per_token, spec.gx_rounding, spec.weight_scale
         )
     return ops.hq_grad_input(gy2, w2, *spec.hq_args)
 

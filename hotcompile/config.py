@@ -18,6 +18,7 @@ from typing import Any
 
 ROUNDINGS = ("stochastic", "pseudo_stochastic", "nearest")
 GW_FORMATS = ("auto", "int8", "fp8")
+GX_FORMATS = ("int", "fp8")
 WEIGHT_SCALES = ("sawb", "maxabs")
 GX_SCALINGS = ("lqs", "per_token", "per_tensor")
 LQS_METRICS = ("transformed", "raw")
@@ -59,6 +60,12 @@ class HotConfig:
         hadamard: transform g_y and W with the block Hadamard before quantizing on the g_x path
             (HQ). False quantizes them directly: the "naive INT4" ablation.
         gx_bits: bit-width of the g_x path (HQ): 4 (paper), 8, or None for an exact g_x.
+        gx_format: the g_x path's codes: ``"int"`` (paper: integers on the INT-``gx_bits``
+            grid; on Hopper INT4-grid codes already travel as FP8-e4m3 into an FP8 GEMM) or
+            ``"fp8"`` (FP8-e4m3 *values* of the Hadamard-transformed g_y with a max-abs/448
+            scale per token or tensor, the weight likewise per tensor; needs ``gx_bits=8``):
+            the same FP8 GEMM on Hopper with a finer grid, ~2^-4 relative step instead of
+            1/7 of the row's max-abs (issue 16's candidate for language models).
         gw_bits: bit-width of the g_w path (HLA operands): 8 (paper), 4, or None for
             unquantized operands.
         gw_format: the 8-bit g_w codes: ``"int8"`` (paper: integer codes, s8 × s8 → s32 GEMM),
@@ -187,6 +194,7 @@ class HotConfig:
     hla_rows: str | tuple[int, ...] = "lp_l1"
     hadamard: bool = True
     gx_bits: int | None = 4
+    gx_format: str = "int"
     gw_bits: int | None = 8
     gw_format: str = "auto"
     hla: bool = True
@@ -239,6 +247,13 @@ class HotConfig:
         choice("gx_scaling", GX_SCALINGS)
         choice("rounding", ROUNDINGS)
         choice("gw_format", GW_FORMATS)
+        choice("gx_format", GX_FORMATS)
+        if self.gx_format == "fp8" and self.gx_bits != 8:
+            raise bad(
+                "gx_format",
+                "fp8",
+                f"FP8 values are 8 bits wide: needs gx_bits=8, not {self.gx_bits}",
+            )
         if self.gw_format == "fp8" and self.gw_bits != 8:  # "auto" is INT8 then
             raise bad(
                 "gw_format",

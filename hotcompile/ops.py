@@ -20,7 +20,7 @@ import torch
 from hotcompile import lqs, numerics
 from hotcompile.hadamard import block_hadamard, padded
 from hotcompile.hla import hla_operand, hla_transform, patch_side, signed
-from hotcompile.quant import code_dtype
+from hotcompile.quant import FP8_E4M3, code_dtype
 from hotcompile.quant import quantize as _quantize
 
 
@@ -178,7 +178,9 @@ def hq_grad_input(
     ``Ĝ = g_y·B_O``, ``Ŵ = B_O·W`` (16-blocks along O, zero-padded), ``Ĝq = Q(Ĝ)`` per-token or
     per-tensor (``scaling``) with ``rounding``, ``Ŵq = Q(Ŵ)`` per-tensor (SAWB or max-abs,
     nearest), then ``g_x = diag(s_g)·(Ĝq·Ŵq)·s_w / block`` with an exact integer GEMM.
-    ``gy: [L, O]``, ``w: [O, I]``; the result ``[L, I]`` has gy's dtype.
+    ``gy: [L, O]``, ``w: [O, I]``; the result ``[L, I]`` has gy's dtype. With
+    ``rounding="fp8_e4m3"`` (``gx_format="fp8"``, 8 bits) Ĝq and Ŵq are FP8-e4m3 values
+    with max-abs/448 scales (the weight's per tensor) and the GEMM accumulates in float32.
 
     ``scaling="lqs"`` looks the layer's quantizer up by ``key`` in ``hotcompile.lqs``: while
     the layer calibrates, the exact product is returned and both errors are recorded. A
@@ -188,13 +190,18 @@ def hq_grad_input(
     if scaling == "exact":  # LQS is calibrating this layer
         return gy @ w.to(gy.dtype)
     per_token = scaling == "per_token"
+    fp8 = rounding == FP8_E4M3  # FP8 values (gx_format="fp8"): the weight too, max-abs/448
     g_hat = block_hadamard(gy, 1, block)
     w_hat = block_hadamard(w, 0, block)
     gq, sg = _quantize(g_hat, bits, per_token, rounding, "maxabs")
-    wq, sw = _quantize(w_hat, bits, False, "nearest", weight_scale)
+    wq, sw = _quantize(w_hat, bits, False, rounding if fp8 else "nearest",
+                       "maxabs" if fp8 else weight_scale)  # fmt: skip
     if check:
         numerics.check_scale(sg, layer, "g_x")
-    acc = int_gemm(gq, wq.t().contiguous()).to(torch.float32)
+    if fp8:  # products exact in float32, sums accumulate there (as the FP8 GEMM does)
+        acc = gq.to(torch.float32) @ wq.to(torch.float32)
+    else:
+        acc = int_gemm(gq, wq.t().contiguous()).to(torch.float32)
     s_row = sg[:, None] if per_token else sg
     return (acc * s_row * (sw / block)).to(gy.dtype)
 

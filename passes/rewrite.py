@@ -143,7 +143,8 @@ class LayerPlan:
             gx = "- (input needs no grad)"
         elif hot:
             hq = "HQ" if s.hadamard else "no-Hadamard"
-            gx = f"{hq} INT{s.gx_bits} {self.quantizer}" if s.gx_quantized else "exact"
+            codes = "FP8" if s.gx_format == "fp8" else f"INT{s.gx_bits}"
+            gx = f"{hq} {codes} {self.quantizer}" if s.gx_quantized else "exact"
         return {
             "layer": self.name,
             "kind": self.kind_text,
@@ -378,6 +379,7 @@ def _spec(
         name=name,
         kind=kind,
         gx_bits=config.gx_bits,
+        gx_format=config.gx_format,
         hadamard=config.hadamard,
         gx_scaling=scaling,
         lqs_key=key,
@@ -460,7 +462,7 @@ def _gate(
     shape = Shape(
         L=L, O=O, I=I, N=N, S=S, grid_w=grid_w, rows=tuple(spec.hla_rows),
         gx_bits=spec.gx_bits, per_token=spec.gx_scaling != "per_tensor", gw_bits=spec.gw_bits,
-        gw_rounding=spec.gw_rounding, rounding=spec.rounding, weight_scale=spec.weight_scale,
+        gw_rounding=spec.gw_rounding, rounding=spec.gx_rounding, weight_scale=spec.weight_scale,
         signs=spec.hla_signs and bool(spec.hla_rows), need_gx=x.requires_grad,
         need_gw=need_gw,
         dtype="bfloat16" if torch.is_autocast_enabled("cuda") or x.dtype == torch.bfloat16

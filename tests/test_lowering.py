@@ -254,6 +254,10 @@ for per_token in (True, False):
     c, s = triton_ops.hq_quantize(gy, 4, per_token, "pseudo_stochastic", True, 16)
     rc, rs = quantize(block_hadamard(gy, 1, 16), 4, per_token, "pseudo_stochastic")
     ok &= torch.equal(c[:37].float(), rc.float()) and torch.equal(s[:37] if per_token else s, rs)
+    # FP8 values (gx_format="fp8"): e4m3 of the transformed g_y, max-abs/448 scales
+    c, s = triton_ops.hq_quantize(gy, 8, per_token, "fp8_e4m3", True, 16)
+    rc, rs = quantize(block_hadamard(gy, 1, 16), 8, per_token, "fp8_e4m3")
+    ok &= torch.equal(c[:37].float(), rc.float()) and torch.equal(s[:37] if per_token else s, rs)
 LP = [0, 2, 3, 8, 10, 11, 12, 14]
 x = torch.randn(2, 35, 24); sg = (torch.randint(0, 2, (2, 35, 1)) * 2 - 1).float()
 for rounding in ("pseudo_stochastic", "fp8_e4m3"):
@@ -263,6 +267,9 @@ for rounding in ("pseudo_stochastic", "fp8_e4m3"):
 w = torch.randn(48, 32)
 c, s = triton_ops.hla_quantize(w[None], 0, list(range(16)), 4, "nearest", True, True)
 rc, rs = quantize(block_hadamard(w, 0, 16), 4, False, "nearest", "sawb")
+c, s = triton_ops.hla_quantize(w[None], 0, list(range(16)), 8, "fp8_e4m3", False, True)
+rc, rs = quantize(block_hadamard(w, 0, 16), 8, False, "fp8_e4m3")
+ok &= torch.equal(c.t().float(), rc.float()) and torch.equal(s, rs)
 assert ok, "codes differ from the reference"
 assert torch.equal(c.t().float(), rc.float())
 assert ((s - rs).abs() / rs).item() < 1e-5  # SAWB from atomic sums: float32 rounding
@@ -302,3 +309,50 @@ def test_gpus_without_fp8_get_int8_codes(monkeypatch: pytest.MonkeyPatch) -> Non
         assert gw_format_of(cfg, "ops", cuda) == "int8"
     assert has_fp8_gemm(torch.device("cpu"))
     assert gw_format_of(cfg, "native", torch.device("meta")) == "fp8"  # the report: an H100
+
+
+@pytest.mark.parametrize("per_token", [True, False])
+def test_fp8_gx_native_equals_the_reference_op(per_token: bool) -> None:
+    """``gx_format="fp8"``: the native g_x (its CPU formulation) is the reference op's, up to
+    the float32 summation order of the FP8 products; the error to the exact product lies
+    between INT8's and INT4's (e4m3 keeps 3 mantissa bits)."""
+    from hotcompile.ops import hq_grad_input
+    from hotcompile.quant import FP8_E4M3
+
+    torch.manual_seed(0)
+    gy, w = torch.randn(64, 48) * torch.logspace(-3, 1, 64)[:, None], torch.randn(48, 40)
+    scaling = "per_token" if per_token else "per_tensor"
+    nat = hot.grad_input(gy, w, 8, per_token, FP8_E4M3, "sawb")
+    ref = hq_grad_input(gy, w, 8, scaling, FP8_E4M3, "sawb", 16, "l", "", False)
+    torch.testing.assert_close(nat, ref, rtol=1e-5, atol=1e-6)
+    exact = gy @ w
+    err = {}
+    for name, bits, rounding in (
+        ("int4", 4, "nearest"),
+        ("fp8", 8, FP8_E4M3),
+        ("int8", 8, "nearest"),
+    ):
+        out = hq_grad_input(gy, w, bits, scaling, rounding, "maxabs", 16, "l", "", False)
+        err[name] = ((out - exact).norm() / exact.norm()).item()
+    assert err["int8"] < err["fp8"] < err["int4"], err
+
+
+def test_fp8_gx_option_trains_through_both_lowerings() -> None:
+    """``backend="hot", options={"gx_bits": 8, "gx_format": "fp8"}``: both lowerings compute
+    the same gradients (aot_eager, nearest rounding, FP8 g_w on both: ``"auto"`` would pick
+    INT8 on the ops path), the plan names the format, and the
+    option without 8 bits is refused with the reason."""
+    x = torch.randn(4, 16, 32)
+    opts = {"gx_bits": 8, "gx_format": "fp8", "gw_format": "fp8", "rounding": "nearest",
+            "prefer": "paper", "gx_scaling": "per_token", "compiler": "aot_eager"}  # fmt: skip
+    nat = _grads({**opts, "lowering": "native"}, x)
+    ops = _grads({**opts, "lowering": "ops"}, x)
+    for k in nat:
+        torch.testing.assert_close(nat[k], ops[k], rtol=1e-4, atol=1e-6)
+    backend = hotcompile.HotBackend(**opts)
+    torch._dynamo.reset()
+    torch.compile(MLP(), backend=backend)(x.requires_grad_(True)).sum().backward()
+    rows = [p.describe() for p in backend.layers]
+    assert all("FP8" in r["g_x"] for r in rows), rows
+    with pytest.raises(HotConfigError, match="gx_bits=8"):
+        HotConfig(gx_format="fp8")

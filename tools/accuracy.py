@@ -961,6 +961,10 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_exact_gx_hla_signs": {"gx_bits": None, "hla_signs": True},  # g_w path only, signs
     # HLA with signs keeping 12 of 16 rows: the estimate's variance ×(n/r - 1) is 1/3 of r=8's
     "hot_r12": {"hla_rank": 12},
+    # issue 16: FP8-e4m3 values on the g_x path (same FP8 GEMM on Hopper, finer grid), with
+    # HLA (signs) and without it (g_w on INT8/FP8 codes of every row, ABC saving all rows)
+    "hot_fp8_gx": {"gx_bits": 8, "gx_format": "fp8"},
+    "hot_fp8_gx_no_hla": {"gx_bits": 8, "gx_format": "fp8", "hla": False},
 }
 #: what a plain ``--gpu-lm`` runs (about 3 minutes on an H200); add the rest with --variants
 GPU_LM_DEFAULT = ("bf16", "hot", "hot_exact_gw")
@@ -1445,6 +1449,27 @@ def run_gpu_lm(
     return previous + results, skipped
 
 
+def merge_gpu_lm(paths: Sequence[pathlib.Path], out: pathlib.Path) -> int:
+    """``--merge``: the runs of several ``accuracy_gpu_lm.json`` (same sizes, device, torch and
+    compiler as the first; a (variant, seed) given twice: the later file's) in one table."""
+    docs = [json.loads(p.read_text()) for p in paths]
+    env = dict(docs[0]["environment"])
+    runs: dict[tuple[str, int], RunOutput] = {}
+    for p in paths:
+        for r in load_previous_gpu_lm(p, env):
+            runs[(r.variant, r.seed)] = r
+    dropped = [str(p) for p, d in zip(paths, docs) if not load_previous_gpu_lm(p, env) and d]
+    env["merged_from_earlier"] = [f"{p}: {d['environment'].get('command')}" for p, d in
+                                  zip(paths, docs)]  # fmt: skip
+    env["total_seconds"] = sum(d["environment"].get("total_seconds") or 0.0 for d in docs)
+    write_gpu_lm(out, list(runs.values()), env, [])
+    print(
+        f"merged {len(runs)} runs from {len(paths)} files into {out}"
+        + (f"; not merged (other sizes/device): {', '.join(dropped)}" if dropped else "")
+    )
+    return 0
+
+
 def main_gpu_lm(args: argparse.Namespace) -> int:
     """``--gpu-lm``: the scaled-up LM, HOT vs bf16; prints the table and the total wall time."""
     s = gpu_lm_quick_settings() if args.quick else GpuLMSettings()
@@ -1456,8 +1481,10 @@ def main_gpu_lm(args: argparse.Namespace) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu" and not args.quick:
         print("warning: the full-size GPU LM on a CPU takes hours; use --quick", file=sys.stderr)
-    seeds = list(range(args.seeds or 1))
+    seeds = list(range(args.first_seed, args.first_seed + (args.seeds or 1)))
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    if args.merge:
+        return merge_gpu_lm(args.merge, out)
     variants = args.variants or list(GPU_LM_DEFAULT)
     with torch.device("meta"):
         params = sum(p.numel() for p in ByteLM(s.dim, s.depth, s.heads, s.ctx).parameters())
@@ -1490,6 +1517,8 @@ what each variant is (all through torch.compile):
                 error is <= hla_threshold), calibrated after a 60-step FP32 pilot
   naive_int4    per-tensor INT4 on both backward paths, no Hadamard, no HLA
   hot_fp8_gw    HOT with FP8-e4m3 codes on the g_w path (gw_format="fp8") instead of INT8
+  hot_fp8_gx    HOT with FP8-e4m3 values on the g_x path (gx_bits=8, gx_format="fp8")
+  hot_fp8_gx_no_hla  as hot_fp8_gx with HLA off (ABC saves every row in 8 bits)
   hot_fp8_no_hla  as hot_fp8_gw with HLA off (compare with hot_no_hla: FP8 vs INT8 rounding)
   hot_seq_rows  HOT with HLA's 1-D low-pass rows (sequency 0-7; hla_rows="sequency")
   hot_hla_signs HOT with hla_signs=True (random signs per token: HLA without bias)
@@ -1584,6 +1613,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "skip; default 360)")  # fmt: skip
     g.add_argument("--fresh", action="store_true",
                    help="GPU-LM: do not merge with earlier runs in --out")  # fmt: skip
+    g.add_argument("--first-seed", type=int, default=0,
+                   help="GPU-LM: seeds start here (--first-seed 2 --seeds 1: seed 2 only), so "
+                        "that one process per seed can share a GPU")  # fmt: skip
+    g.add_argument("--merge", nargs="+", type=pathlib.Path, metavar="JSON",
+                   help="GPU-LM: train nothing; merge these accuracy_gpu_lm.json files (e.g. "
+                        "one process per seed) into --out")  # fmt: skip
     return p
 
 

@@ -127,7 +127,7 @@ def estimate(s: Shape) -> Speed:
     )
     hot = 0.0
     if s.need_gx:
-        kind = "fp8" if s.gx_bits == 4 else "int8"
+        kind = "fp8" if s.gx_bits == 4 or "fp8" in s.rounding else "int8"
         hot += _gemm_us(L, I, O, kind) if s.gx_bits else _gemm_us(L, I, O, "bf16")
         if s.gx_bits:
             hot += _pass_us(L * O * 3, 1 if s.per_token else 2)  # read bf16 g_y, write codes

@@ -83,15 +83,20 @@ def quantize_gy(
 
 
 def quantize_weight(
-    w: torch.Tensor, bits: int, weight_scale: str, fp8: bool
+    w: torch.Tensor, bits: int, weight_scale: str, fp8: bool, rounding: str = "nearest"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """HQ's weight operand ``Q(B_O·W)`` per tensor, nearest, K-major: ``[I, padded(O, 16)]``."""
-    sawb = weight_scale == "sawb" and bits == 4
+    """HQ's weight operand ``Q(B_O·W)`` per tensor, K-major: ``[I, padded(O, 16)]``. INT codes
+    round to nearest (``weight_scale``: SAWB or max-abs); ``rounding=FP8_E4M3`` gives e4m3
+    values with the max-abs/448 scale (``gx_format="fp8"``)."""
+    fp8_values = rounding == FP8_E4M3
+    sawb = weight_scale == "sawb" and bits == 4 and not fp8_values
+    rounding = FP8_E4M3 if fp8_values else "nearest"
     if use_triton(w):
         return _triton_ops().hla_quantize(
-            _plain(w)[None], 0, list(ALL_ROWS), bits, "nearest", sawb, fp8
+            _plain(w)[None], 0, list(ALL_ROWS), bits, rounding, sawb, fp8
         )
-    q, s = quantize(block_hadamard(w, 0, 16), bits, False, "nearest", weight_scale)
+    scale_mode = "maxabs" if fp8_values else weight_scale
+    q, s = quantize(block_hadamard(w, 0, 16), bits, False, rounding, scale_mode)
     q = q.t().contiguous()  # [I, O_pad] row-major: its .t() is the column-major mat2
     return (q.to(torch.float8_e4m3fn) if fp8 else q), s
 
@@ -140,15 +145,18 @@ def grad_input(
     """HQ g_x ``[L, I]`` in gy's dtype: ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``.
 
     INT4 codes travel as e4m3 (exact) into ``torch._scaled_mm`` with the dequantization as its
-    scales (rowwise for per-token); INT8 codes into ``torch._int_mm``. Shapes a low-precision
-    GEMM cannot take (I not a multiple of 16 for FP8, of 8 for INT8) multiply the codes in
-    float32 (exact for INT4: |sum| < 49·O < 2^24) or float64 (INT8).
+    scales (rowwise for per-token); INT8 codes into ``torch._int_mm``; FP8 values
+    (``rounding=FP8_E4M3``, ``gx_format="fp8"``) into ``torch._scaled_mm`` as well. Shapes a
+    low-precision GEMM cannot take (I not a multiple of 16 for FP8, of 8 for INT8) multiply
+    the codes in float32 (exact for INT4: |sum| < 49·O < 2^24; FP8 products are exact and
+    accumulate in float32 as the FP8 GEMM does) or float64 (INT8).
     """
     L, I = gy2.shape[0], w.shape[1]
-    fp8 = bits == 4 and _fp8_ok(I) and has_fp8_gemm(gy2.device)
+    fp8_values = rounding == FP8_E4M3
+    fp8 = (bits == 4 or fp8_values) and _fp8_ok(I) and has_fp8_gemm(gy2.device)
     pad = 16 if fp8 else 1
-    gq, sg = quantize_gy(gy2, bits, per_token, rounding, fp8, pad)
-    wq, sw = quantize_weight(w, bits, weight_scale, fp8)  # [I, O_pad]
+    gq, sg = quantize_gy(gy2, bits, per_token, rounding, fp8 or fp8_values, pad)
+    wq, sw = quantize_weight(w, bits, weight_scale, fp8 or fp8_values, rounding)  # [I, O_pad]
     s_w = sw / 16
     if fp8:
         if per_token:
@@ -166,7 +174,9 @@ def grad_input(
             )
         return out[:L]
     s_row = sg[:, None] if per_token else sg
-    if bits == 8 and _int_mm_ok(gq.shape[0], gq.shape[1], I, gq.device):
+    if fp8_values:
+        acc = gq.to(torch.float32) @ wq.t().to(torch.float32)
+    elif bits == 8 and _int_mm_ok(gq.shape[0], gq.shape[1], I, gq.device):
         acc = torch._int_mm(gq, wq.t().contiguous().t()).to(torch.float32)
     else:
         dt = torch.float32 if bits == 4 else torch.float64
