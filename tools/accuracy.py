@@ -1478,13 +1478,13 @@ def main_gpu_lm(args: argparse.Namespace) -> int:
         s.warmup = min(s.warmup, max(1, s.steps // 10))
     if args.lm_batch is not None:
         s.batch = args.lm_batch
+    if args.merge:
+        return merge_gpu_lm(args.merge, args.out or (QUICK_OUT if args.quick else DEFAULT_OUT))
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu" and not args.quick:
         print("warning: the full-size GPU LM on a CPU takes hours; use --quick", file=sys.stderr)
     seeds = list(range(args.first_seed, args.first_seed + (args.seeds or 1)))
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
-    if args.merge:
-        return merge_gpu_lm(args.merge, out)
     variants = args.variants or list(GPU_LM_DEFAULT)
     with torch.device("meta"):
         params = sum(p.numel() for p in ByteLM(s.dim, s.depth, s.heads, s.ctx).parameters())
