@@ -20,7 +20,7 @@ import torch
 from hotcompile import lqs, numerics
 from hotcompile.hadamard import block_hadamard, padded
 from hotcompile.hla import hla_operand, hla_transform, patch_side, signed
-from hotcompile.quant import FP8_E4M3, code_dtype
+from hotcompile.quant import FP8_E4M3, code_dtype, hq_weight_quantizer
 from hotcompile.quant import quantize as _quantize
 
 
@@ -190,15 +190,13 @@ def hq_grad_input(
     if scaling == "exact":  # LQS is calibrating this layer
         return gy @ w.to(gy.dtype)
     per_token = scaling == "per_token"
-    fp8 = rounding == FP8_E4M3  # FP8 values (gx_format="fp8"): the weight too, max-abs/448
     g_hat = block_hadamard(gy, 1, block)
     w_hat = block_hadamard(w, 0, block)
     gq, sg = _quantize(g_hat, bits, per_token, rounding, "maxabs")
-    wq, sw = _quantize(w_hat, bits, False, rounding if fp8 else "nearest",
-                       "maxabs" if fp8 else weight_scale)  # fmt: skip
+    wq, sw = _quantize(w_hat, bits, False, *hq_weight_quantizer(rounding, weight_scale))
     if check:
         numerics.check_scale(sg, layer, "g_x")
-    if fp8:  # products exact in float32, sums accumulate there (as the FP8 GEMM does)
+    if rounding == FP8_E4M3:  # products exact in float32, sums accumulate there (as FP8 GEMMs)
         acc = gq.to(torch.float32) @ wq.to(torch.float32)
     else:
         acc = int_gemm(gq, wq.t().contiguous()).to(torch.float32)

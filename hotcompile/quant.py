@@ -135,6 +135,15 @@ def quantize(
     return codes, scale
 
 
+def hq_weight_quantizer(rounding: str, weight_scale: str) -> tuple[str, str]:
+    """``(rounding, scale_mode)`` of HQ's weight operand ``Q(B_O·W)`` for the g_x path's
+    ``rounding``: INT codes round to nearest with ``weight_scale`` (SAWB or max-abs); FP8
+    values (``gx_format="fp8"``) are e4m3 with the max-abs/448 scale, as g_y's are."""
+    if rounding == FP8_E4M3:
+        return FP8_E4M3, "maxabs"
+    return "nearest", weight_scale
+
+
 def code_dtype(rounding: str) -> torch.dtype:
     """The dtype of :func:`quantize`'s codes for ``rounding``."""
     return torch.float8_e4m3fn if rounding == FP8_E4M3 else torch.int8

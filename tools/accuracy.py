@@ -1455,10 +1455,12 @@ def merge_gpu_lm(paths: Sequence[pathlib.Path], out: pathlib.Path) -> int:
     docs = [json.loads(p.read_text()) for p in paths]
     env = dict(docs[0]["environment"])
     runs: dict[tuple[str, int], RunOutput] = {}
+    dropped = []
     for p in paths:
-        for r in load_previous_gpu_lm(p, env):
+        found = load_previous_gpu_lm(p, env)
+        dropped += [] if found else [str(p)]
+        for r in found:
             runs[(r.variant, r.seed)] = r
-    dropped = [str(p) for p, d in zip(paths, docs) if not load_previous_gpu_lm(p, env) and d]
     env["merged_from_earlier"] = [f"{p}: {d['environment'].get('command')}" for p, d in
                                   zip(paths, docs)]  # fmt: skip
     env["total_seconds"] = sum(d["environment"].get("total_seconds") or 0.0 for d in docs)

@@ -27,11 +27,9 @@ import triton.language as tl
 from hotcompile import numerics
 from hotcompile.hla import patch_side
 from hotcompile.kernels import dispatch, scratch
-from hotcompile.kernels.rounding import codes, sawb_scale
+from hotcompile.kernels.rounding import ROUNDING_CODES, codes, sawb_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, code_dtype, qmax
 
-#: rounding name -> the ``ROUNDING`` of ``rounding.codes`` (FP8: the g_w path's e4m3 codes)
-ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2, FP8_E4M3: 3}
 #: default program tile: BLOCK_B blocks × BLOCK_D channels (× 16 positions in registers)
 BLOCK_B = 8
 BLOCK_D = 64
@@ -282,7 +280,7 @@ def supported(x: torch.Tensor, grid_w: int, rows, block: int, bits: int, roundin
         and 0 < len(rows) <= 16
         and all(0 <= int(j) < 16 for j in rows)
         and bits in (4, 8)
-        and rounding in ROUNDINGS
+        and rounding in ROUNDING_CODES
         and (rounding != FP8_E4M3 or bits == 8)
         and x.dim() == 3
         and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
@@ -390,7 +388,7 @@ def launch_hla_quantize(
         ROWS=packed,
         NR=nr,
         RP=rp,
-        ROUNDING=ROUNDINGS[rounding],
+        ROUNDING=ROUNDING_CODES[rounding],
         QMAX=int(FP8_MAX) if fp8 else qmax(bits),
         PM=PSEUDO_BITS[bits],
         BLOCK_B=block_b,

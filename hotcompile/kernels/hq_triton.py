@@ -24,14 +24,13 @@ import triton.language as tl
 from hotcompile import lqs, numerics
 from hotcompile.kernels import dispatch, hq_cuda, scratch
 from hotcompile.kernels.hla_triton import hla_quantize as _hla_quantize
-from hotcompile.kernels.rounding import codes, sawb_scale
+from hotcompile.kernels.rounding import ROUNDING_CODES, codes, sawb_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, has_fp8_gemm, qmax
 
-ROUNDINGS = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2}
-#: what the kernel itself can round to: also FP8-e4m3 values (``gx_format="fp8"``, QMAX 448),
-#: which only the native lowering asks of it (the ops path's ``hq_grad_input_cuda`` sends FP8
-#: to the reference)
-KERNEL_ROUNDINGS = {**ROUNDINGS, FP8_E4M3: 3}
+#: roundings the ops path's ``hq_grad_input_cuda`` runs through this kernel; FP8-e4m3 values
+#: (``gx_format="fp8"``, QMAX 448), which the kernel also rounds (``ROUNDING_CODES``), only
+#: the native lowering asks of it: the ops path sends them to the reference
+ROUNDINGS = ("nearest", "pseudo_stochastic", "stochastic")
 #: tile size (elements) of one program; rows per program = TILE // BLOCK_O
 TILE = 4096
 #: widest O chunk of the two-walk path
@@ -283,7 +282,7 @@ def launch_hq_quantize(
     block_l, bo, nchunk, warps = _config(o_pad, block_o)
     grid = (triton.cdiv(l_out, block_l),)
     common = dict(
-        ROUNDING=KERNEL_ROUNDINGS[rounding],
+        ROUNDING=ROUNDING_CODES[rounding],
         QMAX=int(FP8_MAX) if rounding == FP8_E4M3 else qmax(bits),
         PM=PSEUDO_BITS[bits],
         NCHUNK=nchunk,

@@ -8,9 +8,13 @@ round-half-even, NITI's pseudo-stochastic rule, SAWB's clipping), so they exist 
 import triton
 import triton.language as tl
 
+from hotcompile.quant import FP8_E4M3
+
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
 #: ``ROUNDING`` of the FP8 g_w codes (``hotcompile.quant.FP8_E4M3``); 0-2 are the INT roundings
 FP8 = tl.constexpr(3)
+#: rounding name -> the ``ROUNDING`` argument of :func:`codes`, for every kernel that calls it
+ROUNDING_CODES = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2, FP8_E4M3: 3}
 
 
 @triton.jit

@@ -35,7 +35,7 @@ import torch
 
 from hotcompile.hadamard import block_hadamard, padded
 from hotcompile.hla import hla_operand, signed
-from hotcompile.quant import FP8_E4M3, has_fp8_gemm, quantize
+from hotcompile.quant import FP8_E4M3, has_fp8_gemm, hq_weight_quantizer, quantize
 
 #: roundings the native path implements (no host-drawn seeds: ``stochastic`` needs the ops)
 ROUNDINGS = ("nearest", "pseudo_stochastic")
@@ -88,14 +88,12 @@ def quantize_weight(
     """HQ's weight operand ``Q(B_O·W)`` per tensor, K-major: ``[I, padded(O, 16)]``. INT codes
     round to nearest (``weight_scale``: SAWB or max-abs); ``rounding=FP8_E4M3`` gives e4m3
     values with the max-abs/448 scale (``gx_format="fp8"``)."""
-    fp8_values = rounding == FP8_E4M3
-    sawb = weight_scale == "sawb" and bits == 4 and not fp8_values
-    rounding = FP8_E4M3 if fp8_values else "nearest"
+    rounding, scale_mode = hq_weight_quantizer(rounding, weight_scale)
     if use_triton(w):
+        sawb = scale_mode == "sawb" and bits == 4
         return _triton_ops().hla_quantize(
             _plain(w)[None], 0, list(ALL_ROWS), bits, rounding, sawb, fp8
         )
-    scale_mode = "maxabs" if fp8_values else weight_scale
     q, s = quantize(block_hadamard(w, 0, 16), bits, False, rounding, scale_mode)
     q = q.t().contiguous()  # [I, O_pad] row-major: its .t() is the column-major mat2
     return (q.to(torch.float8_e4m3fn) if fp8 else q), s
@@ -174,12 +172,10 @@ def grad_input(
             )
         return out[:L]
     s_row = sg[:, None] if per_token else sg
-    if fp8_values:
-        acc = gq.to(torch.float32) @ wq.t().to(torch.float32)
-    elif bits == 8 and _int_mm_ok(gq.shape[0], gq.shape[1], I, gq.device):
+    if bits == 8 and not fp8_values and _int_mm_ok(gq.shape[0], gq.shape[1], I, gq.device):
         acc = torch._int_mm(gq, wq.t().contiguous().t()).to(torch.float32)
     else:
-        dt = torch.float32 if bits == 4 else torch.float64
+        dt = torch.float32 if bits == 4 or fp8_values else torch.float64
         acc = (gq.to(dt) @ wq.t().to(dt)).to(torch.float32)
     return (acc * s_row * s_w).to(gy2.dtype)[:L]
 
