@@ -71,6 +71,7 @@ class LayerPlan:
     speed: Speed | None = None
     op: str = ""
     region: str = ""
+    recipe: str = ""
 
     @property
     def kind_text(self) -> str:
@@ -153,6 +154,7 @@ class LayerPlan:
             "g_x": gx,
             "g_w": gw,
             "rounding": s.rounding if hot else "-",
+            "recipe": self.recipe if hot else "-",
             "speed-up": self.speedup_text(),
             "note": self.reason or self._hla_note(),
         }
@@ -610,14 +612,18 @@ def _plan_call(
     ``spec`` the rewrite bakes into the graph."""
     name = _name(call, scope, seen)
     kind = call.kind
+    text = call.x in tokens
+    config = config.for_layer(text)
+    recipe = config.recipe if config.recipe != "auto" else ("text" if text else "vision")
     region = "checkpoint" if scope.hop == "tag_activation_checkpoint" else ""
     xs, ws = call.linear_shapes()
     wshape = tuple(ws) if ws is not None else ()
 
     def skip(reason: str, speed: Speed | None = None) -> LayerPlan:
         return LayerPlan(
-            name, kind, wshape, "skipped", reason, speed=speed, op=call.op, region=region
-        )
+            name, kind, wshape, "skipped", reason, speed=speed, op=call.op, region=region,
+            recipe=recipe,
+        )  # fmt: skip
 
     if call.reason:
         return skip(call.reason)
@@ -659,7 +665,7 @@ def _plan_call(
     wkey = scope.outer_node(call.param if call.param is not None else call.weight)
     key = _lqs_key(config, name, weights.get(wkey, scope.gm), scaling, probe_hla)
     use_hla = config.hla and (hla_plan is None or hla_plan[0])
-    signs = config.hla_signs is True or call.x in tokens
+    signs = config.hla_signs is True or (config.hla_signs == "auto" and text)
     spec = _spec(config, name, kind, scaling, key, use_hla, signs, lowering, x.device, **conv)
     if kind == "linear" and x.dim() == 2 and config.hla_2d == "none":
         # one row per sample: no token dimension to low-pass, INT8 quantization only
@@ -677,5 +683,5 @@ def _plan_call(
     path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")
     return LayerPlan(
         name, kind, wshape, path, "", spec, rule, x.requires_grad, hla_plan, speed,
-        op=call.op, region=region,
+        op=call.op, region=region, recipe=recipe,
     )  # fmt: skip

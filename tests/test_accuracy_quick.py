@@ -122,7 +122,8 @@ def test_pilot_plan_calibrates_a_copy_and_decides_hla_per_layer():
     model = acc.ByteLM(dim=32, depth=1, heads=2, ctx=32)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     gen = torch.Generator().manual_seed(0)
-    plan = acc.pilot_plan(model, acc.batches(text, 32, 8, gen), 5e-3, acc._lm_loss, steps=5)
+    batches = acc.batches(text, 32, 8, gen)
+    plan = acc.pilot_plan(model, batches, 5e-3, acc._lm_loss, 5, acc.VARIANTS["hot_plan"])
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     decided = acc.plan_summary(plan)
     assert {"blocks.0.qkv", "blocks.0.fc1", "head"} <= set(decided)

@@ -347,7 +347,10 @@ def test_hla_signs_auto_picks_the_layers_fed_by_a_token_embedding(setting):
     hotcompile.clear_plans()
     torch._dynamo.reset()
     m = _Tokens()
-    c = torch.compile(m, backend="hot", options={**AOT, "hla_signs": setting})
+    # the vision recipe: HLA on the text layers too (the text recipe, the default there,
+    # turns HLA off: tests/test_recipe.py)
+    options = {**AOT, "hla_signs": setting, "recipe": "vision"}
+    c = torch.compile(m, backend="hot", options=options)
     c(torch.randint(256, (2, 64)), torch.randn(2, 64, 32)).backward()
     got = {p.name: p.spec.hla_signs for p in hotcompile.plans()}
     want = {"text.1": True, "head": True, "patch": False} if setting == "auto" else None

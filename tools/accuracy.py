@@ -79,27 +79,39 @@ CACHE_DIR = pathlib.Path(tempfile.gettempdir()) / "hotcompile_accuracy_cache"
 VARIANTS: dict[str, dict[str, Any] | None] = {
     "fp32": None,
     "bf16": None,
+    # defaults: recipe="auto" (the text recipe on the LM's layers, the vision one on digits)
     "hot": {},
+    # the defaults before recipes existed (issue 16): INT4 HQ + HLA on every layer, with
+    # signs on text layers; the ablations below change one thing of it, so they pin it too
+    "hot_vision": {"recipe": "vision"},
+    # the paper's settings everywhere (low-pass HLA, INT8 g_w, every layer)
+    "hot_paper": {"recipe": "paper"},
     # the paper's fixed low-pass HLA on every layer (the default before hla_signs="auto")
-    "hot_lowpass": {"hla_signs": False},
-    "hot_no_lqs": {"gx_scaling": "per_tensor"},
-    "hot_exact_gw": {"hla": False, "gw_bits": None},
-    "hot_no_hla": {"hla": False},  # INT8 g_w without HLA's projection
-    "naive_int4": {"hadamard": False, "hla": False, "gw_bits": 4, "gx_scaling": "per_tensor"},
-    # HOT defaults + a plan from ``hotcompile.calibrate`` after a short FP32 pilot (per-layer
+    "hot_lowpass": {"recipe": "vision", "hla_signs": False},
+    "hot_no_lqs": {"recipe": "vision", "gx_scaling": "per_tensor"},
+    "hot_exact_gw": {"recipe": "vision", "hla": False, "gw_bits": None},
+    "hot_no_hla": {"recipe": "vision", "hla": False},  # INT8 g_w without HLA's projection
+    "naive_int4": {
+        "recipe": "vision",
+        "hadamard": False,
+        "hla": False,
+        "gw_bits": 4,
+        "gx_scaling": "per_tensor",
+    },  # fmt: skip
+    # vision recipe + a plan from ``hotcompile.calibrate`` after a short FP32 pilot (per-layer
     # HLA choice and LQS quantizers decided ahead of training; see ``pilot_plan``)
-    "hot_plan": {},
-    # HOT with FP8-e4m3 codes on the g_w path instead of INT8 (issue 4's FP8 g_w alternative)
-    "hot_fp8_gw": {"gw_format": "fp8"},
+    "hot_plan": {"recipe": "vision"},
+    # FP8-e4m3 codes on the g_w path instead of INT8 (issue 4's FP8 g_w alternative)
+    "hot_fp8_gw": {"recipe": "vision", "gw_format": "fp8"},
     # the same without HLA: FP8 vs INT8 rounding is then what separates it from hot_no_hla
-    "hot_fp8_no_hla": {"gw_format": "fp8", "hla": False},
+    "hot_fp8_no_hla": {"recipe": "vision", "gw_format": "fp8", "hla": False},
     # HLA keeping the 1-D low-pass rows (sequency 0-7) instead of the 2-D L1 set: a block of
     # 16 consecutive tokens read as a sequence, not as a 4x4 patch (hot-method.md's option)
-    "hot_seq_rows": {"hla_rows": "sequency", "hla_signs": False},
+    "hot_seq_rows": {"recipe": "vision", "hla_rows": "sequency", "hla_signs": False},
     # HLA made unbiased on every layer: x and g_y multiplied by the same pseudo-random signs
     # per token, g_w by n/r = 2 (tools/repros/hla_estimators_lm.py: the low-pass's bias is what
-    # breaks the LM). The default ("auto") does this only downstream of a token embedding.
-    "hot_hla_signs": {"hla_signs": True},
+    # breaks the LM). The vision recipe does this only downstream of a token embedding.
+    "hot_hla_signs": {"recipe": "vision", "hla_signs": True},
 }
 
 
@@ -594,9 +606,12 @@ def planned_steps(task: str, settings: Settings) -> int:
     }[task]
 
 
-def plan_jobs(tasks: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, str, int]]:
+def plan_jobs(
+    tasks: Sequence[str], seeds: Sequence[int], only: Sequence[str] | None = None
+) -> list[tuple[str, str, int]]:
     """Every (task, variant, seed) to train: the LM first (its FP32 runs unlock LoRA), then
-    the digits models.
+    the digits models. ``only``: these variants of the cnn/vit/lm tasks (``--variants``; the
+    LM's FP32 runs stay when LoRA needs them as its base).
 
     ``lora`` runs are not listed: each starts when its seed's FP32 ``lm`` run has finished
     (its weights are the frozen base), which is therefore always scheduled when lora is asked.
@@ -605,7 +620,10 @@ def plan_jobs(tasks: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, str
     need_lm_fp32 = "lora" in tasks and "lm" not in tasks
     for task in ("lm", "cnn", "vit"):
         if task in tasks or (task == "lm" and need_lm_fp32):
-            names = variants_for(task) if task in tasks else {"fp32": None}
+            names = list(variants_for(task) if task in tasks else {"fp32": None})
+            if only is not None:
+                base = task == "lm" and "lora" in tasks
+                names = [v for v in names if v in only or (base and v == "fp32")]
             for seed in seeds:
                 jobs += [(task, v, seed) for v in names]
     # lm fp32 first (it unlocks lora)
@@ -647,6 +665,7 @@ def run_all(
     progress: bool,
     cache: pathlib.Path | None = None,
     report_only: bool = False,
+    only: Sequence[str] | None = None,
 ) -> list[RunOutput]:
     """Run every job over ``jobs`` single-threaded worker processes (or in-process if 1).
 
@@ -661,7 +680,7 @@ def run_all(
 
     from tqdm.auto import tqdm
 
-    queue_jobs = plan_jobs(tasks, seeds)
+    queue_jobs = plan_jobs(tasks, seeds, only)
     n_lora = len(seeds) * len(LORA_VARIANTS) if "lora" in tasks else 0
     total = sum(planned_steps(t, settings) for t, _, _ in queue_jobs)
     total += n_lora * planned_steps("lora", settings)
@@ -942,29 +961,37 @@ GPU_LM_TASK = "lm_gpu"
 #: variants of the GPU LM, all under bf16 autocast: plain compile is the reference
 GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     "bf16": None,
-    "hot": VARIANTS["hot"],  # defaults: HLA with signs here (token embedding upstream)
+    "hot": VARIANTS["hot"],  # defaults: the text recipe (FP8 g_x values, no HLA) on the LM
+    "hot_vision": VARIANTS["hot_vision"],  # the defaults before issue 16: INT4 HQ + HLA signs
+    "hot_paper": VARIANTS["hot_paper"],
     "hot_exact_gw": VARIANTS["hot_exact_gw"],
-    # ablations (not in the default run): which part of HOT costs the LM at this scale.
-    # Those with HLA pin hla_signs=False: they ran when the low-pass was the default.
+    # ablations (not in the default run): which part of HOT costs the LM at this scale. All
+    # pin recipe="vision" (they ran when it was the default); those with HLA pin
+    # hla_signs=False: they ran when the low-pass was the default.
     "hot_lowpass": VARIANTS["hot_lowpass"],  # the paper's fixed low-pass HLA
     "hot_no_hla": VARIANTS["hot_no_hla"],  # INT8 g_w without the projection
-    "hot_int8_gx": {"gx_bits": 8, "hla_signs": False},  # the g_x path at INT8 instead of INT4
-    "hot_exact_gx": {"gx_bits": None, "hla_signs": False},  # g_w path only (HLA + INT8)
+    # the g_x path at INT8 instead of INT4
+    "hot_int8_gx": {"recipe": "vision", "gx_bits": 8, "hla_signs": False},
+    # g_w path only (HLA + INT8)
+    "hot_exact_gx": {"recipe": "vision", "gx_bits": None, "hla_signs": False},
     "naive_int4": VARIANTS["naive_int4"],
     # calibrate's per-layer plan after a short FP32 pilot
-    "hot_plan": {"hla_signs": False},
+    "hot_plan": {"recipe": "vision", "hla_signs": False},
     # the plan with a stricter HLA threshold (the default 0.6 kept HLA on 8 of 41 layers at
     # e_hla 0.25-0.58 and cost ~24 points); INT8 on both paths, no HLA
-    "hot_plan_strict": {"hla_threshold": 0.2, "hla_signs": False},
-    "hot_fp8_gw": {"gw_format": "fp8", "hla_signs": False},  # FP8-e4m3 g_w codes, low-pass
-    "hot_int8_no_hla": {"gx_bits": 8, "hla": False},
-    "hot_exact_gx_hla_signs": {"gx_bits": None, "hla_signs": True},  # g_w path only, signs
+    "hot_plan_strict": {"recipe": "vision", "hla_threshold": 0.2, "hla_signs": False},
+    # FP8-e4m3 g_w codes, low-pass
+    "hot_fp8_gw": {"recipe": "vision", "gw_format": "fp8", "hla_signs": False},
+    "hot_int8_no_hla": {"recipe": "vision", "gx_bits": 8, "hla": False},
+    # g_w path only, signs
+    "hot_exact_gx_hla_signs": {"recipe": "vision", "gx_bits": None, "hla_signs": True},
     # HLA with signs keeping 12 of 16 rows: the estimate's variance ×(n/r - 1) is 1/3 of r=8's
-    "hot_r12": {"hla_rank": 12},
+    "hot_r12": {"recipe": "vision", "hla_rank": 12},
     # issue 16: FP8-e4m3 values on the g_x path (same FP8 GEMM on Hopper, finer grid), with
-    # HLA (signs) and without it (g_w on INT8/FP8 codes of every row, ABC saving all rows)
-    "hot_fp8_gx": {"gx_bits": 8, "gx_format": "fp8"},
-    "hot_fp8_gx_no_hla": {"gx_bits": 8, "gx_format": "fp8", "hla": False},
+    # HLA (signs) and without it (g_w on INT8/FP8 codes of every row, ABC saving all rows);
+    # the second is what recipe="text" (the LM's default since) sets
+    "hot_fp8_gx": {"recipe": "vision", "gx_bits": 8, "gx_format": "fp8"},
+    "hot_fp8_gx_no_hla": {"recipe": "vision", "gx_bits": 8, "gx_format": "fp8", "hla": False},
 }
 #: what a plain ``--gpu-lm`` runs (about 3 minutes on an H200); add the rest with --variants
 GPU_LM_DEFAULT = ("bf16", "hot", "hot_exact_gw")
@@ -1511,7 +1538,12 @@ EPILOG = """\
 what each variant is (all through torch.compile):
   fp32          plain compile (backend aot_eager_decomp_partition)
   bf16          plain compile under torch.autocast("cpu", bfloat16)
-  hot           backend="hot" with its defaults (HQ INT4 g_x with LQS, HLA INT8 g_w, ABC)
+  hot           backend="hot" with its defaults (recipe="auto": the LM's layers get the text
+                recipe, FP8 g_x values + 8-bit g_w without HLA; the digits models the vision
+                recipe, HQ INT4 g_x with LQS + HLA INT8 g_w; ABC on both)
+  hot_vision    recipe="vision" on every layer (the defaults before issue 16); the ablations
+                below change one thing of it
+  hot_paper     recipe="paper": the paper's settings on every layer
   hot_no_lqs    HOT with per-tensor g_x scaling everywhere (LQS off)
   hot_exact_gw  HOT's g_x path only: HLA off, g_w unquantized
   hot_no_hla    HOT with HLA off (INT8 g_w without the projection; ABC saves INT8 x, all rows)
@@ -1531,6 +1563,7 @@ examples:
   python3 tools/accuracy.py --quick                 # smoke test, ~2 minutes, numbers meaningless
   python3 tools/accuracy.py                         # the full run (~35 min on 2 cores)
   python3 tools/accuracy.py --tasks cnn vit --seeds 0 1
+  python3 tools/accuracy.py --tasks lm lora --variants fp32 hot hot_vision   # a subset
   python3 tools/accuracy.py --tasks lm --lm-steps 800 --out /tmp/acc
 
 outputs in --out: accuracy.md (table), accuracy.json (rows[] + per-seed values and curves),
@@ -1602,10 +1635,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--variants",
         nargs="+",
-        choices=list(GPU_LM_VARIANTS),
+        choices=list(dict.fromkeys([*VARIANTS, *GPU_LM_VARIANTS])),
         metavar="VARIANT",
         help=f"GPU-LM variants, any of {', '.join(GPU_LM_VARIANTS)} "
-        f"(default: {' '.join(GPU_LM_DEFAULT)})",
+        f"(default: {' '.join(GPU_LM_DEFAULT)}); without --gpu-lm: run only these variants "
+        f"of the cnn/vit/lm tasks (any of {', '.join(VARIANTS)})",
     )
     g.add_argument("--device", help="GPU-LM device (default: cuda if available, else cpu)")
     g.add_argument("--lm-batch", type=int, help="GPU-LM windows per step (default 32)")
@@ -1639,6 +1673,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.gpu_lm:
         return main_gpu_lm(args)
     settings = settings_from_args(args)
+    if args.variants and (bad := [v for v in args.variants if v not in VARIANTS]):
+        build_parser().error(f"--variants {' '.join(bad)}: GPU-LM variants (add --gpu-lm)")
     seeds = list(range(args.seeds or (1 if args.quick else 3)))
     if args.out is None:
         args.out = QUICK_OUT if args.quick else DEFAULT_OUT
@@ -1646,8 +1682,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     cache = None if args.no_cache else args.cache
     results = run_all(
-        args.tasks, seeds, settings, args.jobs, not args.no_progress, cache, args.report_only
-    )
+        args.tasks, seeds, settings, args.jobs, not args.no_progress, cache, args.report_only,
+        args.variants,
+    )  # fmt: skip
     rows = summarize(results)
     targets = evaluate_targets(rows)
     env = environment(settings, seeds, args.jobs)
