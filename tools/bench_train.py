@@ -143,6 +143,9 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_views": {"abc_recompute": "views"},
     "hot_views_cg": {"abc_recompute": "views", "mode": "reduce-overhead"},
     "hot_lowpass_cg": {"hla_signs": False, "mode": "reduce-overhead"},
+    # the defaults before issue 16's recipes: INT4 HQ + HLA on every layer (text ones too)
+    "hot_vision": {"recipe": "vision"},
+    "hot_vision_cg": {"recipe": "vision", "mode": "reduce-overhead"},
 }
 
 #: what ``--variants`` runs unless told
@@ -190,9 +193,10 @@ VARIANT_NOTES: dict[str, str] = {
     "inductor": "`torch.compile(model)`, bf16 autocast",
     "inductor_cg": '`torch.compile(model, mode="reduce-overhead")`: inductor with CUDA graphs '
     "(no per-kernel launch cost on the host)",
-    "hot": '`torch.compile(model, backend="hot")` with default options (INT4 g_x with LQS, '
-    "HLA + INT8 g_w, ABC-compressed saved inputs; check_nonfinite='once': a non-blocking "
-    "flag copy per HOT backward op) plus --hot-options",
+    "hot": '`torch.compile(model, backend="hot")` with default options (recipe="auto": on '
+    "text layers FP8 g_x values + 8-bit g_w without HLA, on image layers INT4 g_x with LQS + "
+    "HLA 8-bit g_w; ABC-compressed saved inputs; only layers the speed gate finds faster) "
+    "plus --hot-options",
     "hot_cg": 'as hot, with options={"mode": "reduce-overhead"}: HOT\'s backward recorded into '
     "CUDA graphs too; judged against inductor_cg",
     "torchao_float8": "`torchao.float8.convert_to_float8_training(model, config="
@@ -210,6 +214,9 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_views": 'as hot, with abc_recompute="views" (only view/copy chains recomputed)',
     "hot_views_cg": 'as hot_cg, with abc_recompute="views"; judged against inductor_cg',
     "hot_lowpass_cg": "as hot_cg, with hla_signs=False (the paper's low-pass HLA everywhere)",
+    "hot_vision": 'as hot, with recipe="vision": INT4 HQ + HLA on text layers too (the '
+    "defaults before issue 16)",
+    "hot_vision_cg": 'as hot_cg, with recipe="vision"; judged against inductor_cg',
 }
 
 
