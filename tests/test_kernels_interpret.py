@@ -61,6 +61,29 @@ CHECK = textwrap.dedent("""
             n += 1
             bad += not (c.dtype == rc.dtype and torch.equal(c.float(), rc.float())
                         and torch.equal(s, rs))
+    # no HLA (rows=()): the plain rows of x in block order, zero rows padding S to 16s;
+    # codes and scale equal the reference's quantize of hla_operand(x, grid_w, ()) (the rows
+    # of x), and both g_w operands take the same row order, so their GEMM is g_yᵀx
+    from hotcompile.hla import hla_operand, to_blocks
+    for grid_w in (0, 5):
+        x = torch.randn(2, 35, 24) * torch.logspace(-2, 1, 24)
+        for rounding, bits in (("pseudo_stochastic", 8), ("nearest", 4), (FP8_E4M3, 8)):
+            c, s = hla_quantize(x, grid_w, (), bits, rounding, transposed=True)
+            rc, rs = quantize(hla_operand(x, grid_w, ()), bits, False, rounding)
+            blocks = to_blocks(torch.ones(2, 35, 1), grid_w).reshape(-1) > 0  # real rows
+            n += 1
+            bad += not (c.shape[1] == blocks.numel() and torch.equal(s, rs)
+                        and torch.equal(c.t()[~blocks].float(), torch.zeros(1).expand(
+                            int((~blocks).sum()), 24))
+                        and torch.equal(c.t()[blocks].float().sort(0).values,
+                                        rc.float().sort(0).values))
+            g = torch.randn(2, 35, 16)
+            gc, gs = hla_quantize(g, grid_w, (), bits, rounding, transposed=True)
+            rg, rgs = quantize(hla_operand(g, grid_w, ()), bits, False, rounding)
+            n += 1
+            got = (gc.float() @ c.t().float()) * gs * s
+            want = (rg.float().t() @ rc.float()) * rgs * rs
+            bad += not torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     # HQ's weight quantizer (the HLA kernel with all 16 rows, stored K-major): max-abs codes
     # and scales bit-exact; SAWB's scale from atomic sums to float32 rounding, codes equal
     from hotcompile.kernels.hq_triton import quantize_weight

@@ -189,10 +189,11 @@ def test_padding_keeps_gradients() -> None:
 
 
 def test_fp8_gx_native_equals_reference_and_beats_int4() -> None:
-    """``gx_format="fp8"`` on CUDA (issue 16's text recipe): the native path's g_x (HQ Triton
-    kernel with FP8-e4m3 codes, ``_scaled_mm``) equals the reference op's (the ops lowering
-    sends FP8 to the pure-PyTorch reference) up to float32 summation order, and is closer to
-    the exact g_x than the paper's INT4 grid on the same data."""
+    """``gx_format="fp8"``, HLA off on CUDA (issue 16's text recipe): the native path's g_x
+    (HQ Triton kernel with FP8-e4m3 codes, ``_scaled_mm``) and g_w (the HLA kernel without
+    its transform) equal the reference op's (the ops lowering sends both to the pure-PyTorch
+    reference) up to float32 summation order, and g_x is closer to the exact one than the
+    paper's INT4 grid on the same data."""
     x = torch.randn(8, 64, 256, device="cuda")
     common = {"gx_scaling": "per_token", "prefer": "paper", "hla": False, "gw_format": "int8"}
     fp8 = {**common, "gx_bits": 8, "gx_format": "fp8", "rounding": "nearest"}
@@ -204,6 +205,8 @@ def test_fp8_gx_native_equals_reference_and_beats_int4() -> None:
     def err(g: dict[str, torch.Tensor]) -> float:
         return ((g["x"] - exact["x"]).norm() / exact["x"].norm()).item()
 
+    # g_w without HLA: the fused kernel's plain rows (block order) = the reference's rows
+    torch.testing.assert_close(nat["fc2.weight"], ops["fc2.weight"], rtol=1e-5, atol=1e-5)
     between = ((nat["x"] - ops["x"]).norm() / ops["x"].norm()).item()
     assert between < 2e-3, between  # a code may round the other way; not a different rule
     assert err(nat) < 0.06 and err(ops) < 0.06, (err(nat), err(ops))

@@ -30,6 +30,10 @@ from hotcompile.kernels import dispatch, scratch
 from hotcompile.kernels.rounding import ROUNDING_CODES, codes, sawb_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, code_dtype, qmax
 
+#: ``rows=()`` (no HLA): every position of a block, untransformed — the plain rows of x in
+#: block order, zero rows where S is not a multiple of 16 (they add nothing to a GEMM over L)
+IDENTITY_ROWS = tuple(range(16))
+
 #: default program tile: BLOCK_B blocks × BLOCK_D channels (× 16 positions in registers)
 BLOCK_B = 8
 BLOCK_D = 64
@@ -116,11 +120,51 @@ def _ilv2(a, b):
 
 
 @triton.jit
+def _fwht16(
+    y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15,
+):  # fmt: skip
+    """The 16-point Walsh-Hadamard butterfly, stage by stage as ``fwht_last``."""
+    y0, y1 = _bf(y0, y1)
+    y2, y3 = _bf(y2, y3)
+    y4, y5 = _bf(y4, y5)
+    y6, y7 = _bf(y6, y7)
+    y8, y9 = _bf(y8, y9)
+    y10, y11 = _bf(y10, y11)
+    y12, y13 = _bf(y12, y13)
+    y14, y15 = _bf(y14, y15)
+    y0, y2 = _bf(y0, y2)
+    y1, y3 = _bf(y1, y3)
+    y4, y6 = _bf(y4, y6)
+    y5, y7 = _bf(y5, y7)
+    y8, y10 = _bf(y8, y10)
+    y9, y11 = _bf(y9, y11)
+    y12, y14 = _bf(y12, y14)
+    y13, y15 = _bf(y13, y15)
+    y0, y4 = _bf(y0, y4)
+    y1, y5 = _bf(y1, y5)
+    y2, y6 = _bf(y2, y6)
+    y3, y7 = _bf(y3, y7)
+    y8, y12 = _bf(y8, y12)
+    y9, y13 = _bf(y9, y13)
+    y10, y14 = _bf(y10, y14)
+    y11, y15 = _bf(y11, y15)
+    y0, y8 = _bf(y0, y8)
+    y1, y9 = _bf(y1, y9)
+    y2, y10 = _bf(y2, y10)
+    y3, y11 = _bf(y3, y11)
+    y4, y12 = _bf(y4, y12)
+    y5, y13 = _bf(y5, y13)
+    y6, y14 = _bf(y6, y14)
+    y7, y15 = _bf(y7, y15)
+    return y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15
+
+
+@triton.jit
 def _hla_quant_kernel(
     x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr,
     G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel,
     MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr, SAWB: tl.constexpr,
-    SIGNS: tl.constexpr,
+    SIGNS: tl.constexpr, TRANSFORM: tl.constexpr,
     ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -155,39 +199,12 @@ def _hla_quant_kernel(
     y13 = _load_pos(*a, 13, PATCH, SIGNS)
     y14 = _load_pos(*a, 14, PATCH, SIGNS)
     y15 = _load_pos(*a, 15, PATCH, SIGNS)
-    # the stages of fwht_last: h = 1, 2, 4, 8; (j, j+h) -> (a+b, a-b)
-    y0, y1 = _bf(y0, y1)
-    y2, y3 = _bf(y2, y3)
-    y4, y5 = _bf(y4, y5)
-    y6, y7 = _bf(y6, y7)
-    y8, y9 = _bf(y8, y9)
-    y10, y11 = _bf(y10, y11)
-    y12, y13 = _bf(y12, y13)
-    y14, y15 = _bf(y14, y15)
-    y0, y2 = _bf(y0, y2)
-    y1, y3 = _bf(y1, y3)
-    y4, y6 = _bf(y4, y6)
-    y5, y7 = _bf(y5, y7)
-    y8, y10 = _bf(y8, y10)
-    y9, y11 = _bf(y9, y11)
-    y12, y14 = _bf(y12, y14)
-    y13, y15 = _bf(y13, y15)
-    y0, y4 = _bf(y0, y4)
-    y1, y5 = _bf(y1, y5)
-    y2, y6 = _bf(y2, y6)
-    y3, y7 = _bf(y3, y7)
-    y8, y12 = _bf(y8, y12)
-    y9, y13 = _bf(y9, y13)
-    y10, y14 = _bf(y10, y14)
-    y11, y15 = _bf(y11, y15)
-    y0, y8 = _bf(y0, y8)
-    y1, y9 = _bf(y1, y9)
-    y2, y10 = _bf(y2, y10)
-    y3, y11 = _bf(y3, y11)
-    y4, y12 = _bf(y4, y12)
-    y5, y13 = _bf(y5, y13)
-    y6, y14 = _bf(y6, y14)
-    y7, y15 = _bf(y7, y15)
+    # the stages of fwht_last: h = 1, 2, 4, 8; (j, j+h) -> (a+b, a-b). Without TRANSFORM
+    # (no HLA) the "coefficients" are the 16 positions themselves: the plain rows of x
+    if TRANSFORM:
+        y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15 = _fwht16(
+            y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15
+        )
     ys = (y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15)
     # the kept coefficients, slot k = rows[k], as one [BLOCK_B, BLOCK_D, RP] tile: joins
     # interleave, so the leaves go in bit-reversed order
@@ -362,6 +379,8 @@ def launch_hla_quantize(
     fp8 = rounding == FP8_E4M3
     N, S, D = x.shape
     nb, H, W, nbw = hla_rows_count(S, grid_w)
+    transform = len(rows) > 0
+    rows = rows if transform else IDENTITY_ROWS
     nr = len(rows)
     rp = triton.next_power_of_2(nr)
     G = N * nb
@@ -385,6 +404,7 @@ def launch_hla_quantize(
         PATCH=grid_w > 0,
         SAWB=sawb and bits == 4,
         SIGNS=signs is not None,
+        TRANSFORM=transform,
         ROWS=packed,
         NR=nr,
         RP=rp,

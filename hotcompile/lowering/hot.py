@@ -108,12 +108,14 @@ def hla_codes(
     signs: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """HLA's operand ``Q(T·signed(x3))`` per tensor, K-major ``[D, R]``, and its fp32 scale
-    (``rows`` empty: no projection, the rows of x3 themselves). Empty inputs give no rows."""
+    (``rows`` empty: no projection, the rows of x3 themselves; on CUDA the fused kernel writes
+    them in HLA's block order with zero rows padding each sample to 16s, the same order for
+    x and g_y, so the g_w GEMM is unchanged). Empty inputs give no rows."""
     if x3.numel() == 0:
         return x3.new_zeros((x3.shape[-1], 0), dtype=torch.int8), x3.new_zeros(
             (1,), dtype=torch.float32
         )
-    if rows and use_triton(x3):
+    if use_triton(x3):
         return _triton_ops().hla_quantize(
             _plain(x3), grid_w, list(rows), bits, rounding, False, False, _plain(signs)
         )
