@@ -207,7 +207,11 @@ def test_fp8_gx_native_equals_reference_and_beats_int4() -> None:
 
     # g_w without HLA: the fused kernel's plain rows (block order) = the reference's rows
     torch.testing.assert_close(nat["fc2.weight"], ops["fc2.weight"], rtol=1e-5, atol=1e-5)
+    # fc2's g_x differs in its last bits (the FP8 GEMM's accumulation vs the reference's
+    # float32 matmul), so a few of fc1's g_y codes round the other way: the paths then differ
+    # by a small fraction of their quantization error (H100: 0.0024 against 0.037); a
+    # different rule (INT8 grid, another scale) differs by about the error itself
     between = ((nat["x"] - ops["x"]).norm() / ops["x"].norm()).item()
-    assert between < 2e-3, between  # a code may round the other way; not a different rule
+    assert between < 0.15 * err(ops), (between, err(ops))
     assert err(nat) < 0.06 and err(ops) < 0.06, (err(nat), err(ops))
     assert err(nat) < 0.5 * err(int4), (err(nat), err(int4))
