@@ -1,7 +1,15 @@
 """Graph passes of hotcompile (installed as ``hotcompile.passes``)."""
 
+from hotcompile.passes import family
 from hotcompile.passes.abc_recompute import tag_abc_recompute
 from hotcompile.passes.layout import pin_kernel_layouts
 from hotcompile.passes.rewrite import LayerPlan, layer_name, rewrite
 
-__all__ = ["LayerPlan", "layer_name", "pin_kernel_layouts", "rewrite", "tag_abc_recompute"]
+__all__ = [
+    "LayerPlan",
+    "family",
+    "layer_name",
+    "pin_kernel_layouts",
+    "rewrite",
+    "tag_abc_recompute",
+]

@@ -26,6 +26,7 @@ from hotcompile.config import HotConfig
 from hotcompile.hla import hla_rows
 from hotcompile.lowering import hot as native
 from hotcompile.lowering.gate import Shape, Speed, decide
+from hotcompile.passes import family
 from hotcompile.passes.matmul import (
     Scope,
     WeightCall,
@@ -570,8 +571,11 @@ def rewrite(
     """
     weights = node_objects(gm, example_inputs)
     root = Scope(gm, parameter_nodes(gm, example_inputs))
-    auto = config.hla_signs == "auto"
-    tokens: dict[int, set] = {id(gm): token_sequence_nodes(gm) if auto else set()}
+    # per-layer text/image decisions: hla_signs="auto" and recipe="auto"
+    auto = config.hla_signs == "auto" or config.recipe == "auto"
+    # family.token_nodes: token_sequence_nodes(gm) plus the marks a split graph carries from
+    # the rest of its model (DDPOptimizer pieces, graph breaks, FSDP2: passes/family.py)
+    tokens: dict[int, set] = {id(gm): family.token_nodes(gm, example_inputs) if auto else set()}
     plans: list[LayerPlan] = []
     seen: dict[str, int] = {}
     touched: set[torch.fx.GraphModule] = {gm}

@@ -124,3 +124,10 @@ def test_an_image_model_is_unchanged_by_the_default() -> None:
     rows = [p.describe() for p in hotcompile.plans()]
     assert len(rows) == 2 and {r["recipe"] for r in rows} == {"vision"}
     assert rows[0]["g_x"].startswith("-") and rows[1]["g_x"].startswith("HQ INT4"), rows
+
+
+@pytest.mark.parametrize("signs", [True, False])
+def test_text_layers_found_whatever_hla_signs_says(signs: bool) -> None:
+    """The text/image test runs for ``recipe="auto"`` even when ``hla_signs`` is fixed."""
+    plans = _plans({"hla_signs": signs})
+    assert {n for n, p in plans.items() if p.describe()["recipe"] == "text"} == TEXT

@@ -1,0 +1,315 @@
+"""Text or image: the token marks of one model, carried across the graphs it is split into.
+
+``hla_signs="auto"`` (and every other per-layer text/image decision) rests on
+:func:`hotcompile.passes.rewrite.token_sequence_nodes`: the nodes computed from an embedding
+lookup of integer graph inputs are text. A graph only sees its own nodes, and a model is often
+compiled as several graphs:
+
+- **DDPOptimizer pieces.** A DDP model under ``torch.compile`` (either order: ``DDP(compiled)``
+  or ``compile(DDP(model))``) is split by dynamo's DDPOptimizer at the gradient-bucket
+  boundaries, and the backend is called once per piece, in graph order. The pieces of one frame
+  share the original graph's ``meta`` dict (the same object: DDPOptimizer's
+  ``propagate_metadata``) and its compile id. A piece's placeholder for a value an earlier
+  piece computes keeps the original node's name (``hidden_states_2``), but inside the earlier
+  piece that value's node is renamed (``mul_4``), so names do not link the two; both nodes
+  carry the *same* example-value object (``split_module`` copies ``node.meta`` shallowly).
+  The marks are carried by that identity, exactly: a piece's layer is text iff it is in the
+  unsplit graph.
+- **Separate frames** (graph breaks, FSDP2 — whose hooks are ``torch._dynamo.disable``d, so
+  every ``fully_shard`` module is its own frame and the embedding may run eagerly — or blocks
+  compiled one by one). A later graph's float inputs are real tensors at compile time, with
+  their autograd history: a graph input is text when that history contains an embedding lookup
+  of token ids (an eager ``EmbeddingBackward0`` whose saved indices are not position ids — rows
+  of consecutive integers) or reaches the weight of an embedding that an earlier compiled graph
+  looked up with token ids (a *token table*, registered when that graph was rewritten).
+- **Explicit override.** :func:`assume` (``with assume("text"): model(x)`` around the first,
+  compiling call) decides for every graph compiled inside it; the config's ``hla_signs=True``
+  still forces the signs alone.
+
+What cannot be carried is logged on the ``hotcompile`` logger, and :func:`records` lists the
+decision of every graph with its evidence: a graph whose inputs have no readable history (fake
+inputs only, no Dynamo source to read the real one from) is treated as an image graph unless
+carried from earlier pieces or assumed. The decision is made at compile time: a graph reused
+from dynamo's cache by another model keeps it.
+
+The unsplit graph is untouched: its user inputs are leaves (no history) and its ``meta`` is its
+own, so its marks are :func:`token_sequence_nodes`'s, as before.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import dataclasses
+import logging
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from hotcompile.passes.matmul import arg, parameter_nodes, value, weight_root
+
+log = logging.getLogger("hotcompile")
+
+FAMILIES = ("text", "image")
+#: at most this many autograd nodes are visited per graph input (a deep eager prefix is cheap,
+#: an unbounded walk is not)
+HISTORY_LIMIT = 200_000
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyRecord:
+    """The text/image decision for one graph the rewrite saw.
+
+    ``source``: ``"embedding"`` (the graph looks up token ids itself), ``"pieces"`` (carried
+    from earlier DDPOptimizer pieces of the same frame), ``"history"`` (a graph input's
+    autograd history holds a token lookup), ``"assumed"`` (:func:`assume`), ``"none"`` (no
+    evidence: image). ``inputs``: the placeholders seeded as text by carrying (names);
+    ``detail``: the evidence in words; ``piece``: 0-based index of the graph among the graphs
+    of its frame (DDPOptimizer pieces share a frame)."""
+
+    compile_id: str | None
+    family: str
+    source: str
+    inputs: tuple[str, ...] = ()
+    detail: str = ""
+    piece: int = 0
+
+
+@dataclasses.dataclass
+class _Frame:
+    """The marks of the pieces of one frame so far: ``id(example value) -> example value`` of
+    every marked node (held, so that the ids stay unique; ``meta`` likewise)."""
+
+    meta: dict
+    compile_id: str | None
+    marked: dict[int, Any] = dataclasses.field(default_factory=dict)
+    pieces: int = 0
+
+
+#: the recent decisions, oldest first (:func:`records`)
+RECORDS: collections.deque[FamilyRecord] = collections.deque(maxlen=256)
+#: frames whose pieces may follow, keyed by ``id(gm.meta)`` (bounded: a frame's pieces are
+#: compiled back to back)
+_FRAMES: collections.OrderedDict[int, _Frame] = collections.OrderedDict()
+_MAX_FRAMES = 64
+#: embedding weights looked up with token ids by a compiled graph: id -> weak reference
+_TOKEN_TABLES: dict[int, weakref.ref] = {}
+_ASSUMED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "hotcompile_family", default=None
+)
+
+
+def records() -> list[FamilyRecord]:
+    """The text/image decisions of the graphs rewritten recently in this process."""
+    return list(RECORDS)
+
+
+def clear() -> None:
+    """Forget the recorded decisions, frames and token tables (tests; ``torch._dynamo.reset()``
+    does not)."""
+    RECORDS.clear()
+    _FRAMES.clear()
+    _TOKEN_TABLES.clear()
+
+
+@contextlib.contextmanager
+def assume(family: str | None) -> Iterator[None]:
+    """Decide the family of every graph compiled inside the block: ``"text"`` (every layer fed
+    by a user input is a text layer), ``"image"`` (none is), ``None`` (detect, the default).
+
+    Why: the automatic carrying needs either the DDPOptimizer pieces' shared values or a real
+    autograd history; a model that hides both (a graph compiled ahead from fake inputs, a
+    custom wrapper that detaches its activations) can still say what it is. Compilation runs
+    at the first call, so wrap that call (``with assume("text"): loss = model(x)``)."""
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES} or None, not {family!r}")
+    token = _ASSUMED.set(family)
+    try:
+        yield
+    finally:
+        _ASSUMED.reset(token)
+
+
+def _compile_id() -> str | None:
+    cid = torch._guards.CompileContext.current_compile_id()
+    return str(cid) if cid is not None else None
+
+
+def _real(node: fx.Node, example: Any) -> Any:
+    """The real object behind a placeholder: the example input when it is real, else Dynamo's
+    own example (DDPOptimizer hands its pieces fake inputs but keeps the ``grapharg``)."""
+    fake = torch._subclasses.fake_tensor.FakeTensor
+    if isinstance(example, torch.Tensor) and not isinstance(example, fake):
+        return example
+    grapharg = node.meta.get("grapharg")
+    try:
+        obj = getattr(grapharg, "example", None)
+    except Exception:  # noqa: BLE001 - a dead weak reference: nothing to read
+        return None
+    return obj if isinstance(obj, torch.Tensor) and not isinstance(obj, fake) else None
+
+
+def _placeholders(gm: fx.GraphModule, example_inputs: Sequence[Any] | None) -> list:
+    """``(node, real object or None)`` for each placeholder."""
+    nodes = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    ex = list(example_inputs) if example_inputs is not None else []
+    if len(ex) != len(nodes):
+        ex = [None] * len(nodes)
+    return [(n, _real(n, e)) for n, e in zip(nodes, ex)]
+
+
+def is_position_ids(indices: torch.Tensor) -> bool:
+    """Rows of consecutive integers (``arange`` positions, HF's ``position_ids``), not token ids.
+
+    Why: an eager embedding lookup of positions (GPT-2's ``wpe``, CLIP's position embedding)
+    leaves the same autograd node as one of token ids; in one graph the rewrite tells them
+    apart by where the indices come from, in the history only their values are left."""
+    if indices.dim() == 0 or indices.shape[-1] < 2 or indices.numel() == 0:
+        return False
+    return bool((indices.diff(dim=-1) == 1).all())
+
+
+def _is_token_table(t: Any) -> bool:
+    ref = _TOKEN_TABLES.get(id(t))
+    return ref is not None and ref() is t
+
+
+def history_evidence(t: torch.Tensor, limit: int = HISTORY_LIMIT) -> str:
+    """Why ``t`` (a real tensor, an input of a graph) is computed from token ids, or ``""``:
+    its autograd history holds an eager embedding lookup of indices that are not positions, or
+    reaches a token table (an embedding weight an earlier compiled graph looked up with token
+    ids: inside a compiled graph the lookup itself is not an autograd node)."""
+    fn = getattr(t, "grad_fn", None)
+    stack, seen = [fn], set()
+    while stack and len(seen) < limit:
+        f = stack.pop()
+        if f is None or id(f) in seen:
+            continue
+        seen.add(id(f))
+        if type(f).__name__.startswith("EmbeddingBackward"):
+            try:
+                idx = getattr(f, "_saved_indices", None)
+            except RuntimeError:  # freed by an earlier backward: nothing to read
+                idx = None
+            if isinstance(idx, torch.Tensor) and not is_position_ids(idx):
+                return f"eager embedding lookup of token ids {tuple(idx.shape)}"
+        var = getattr(f, "variable", None)  # AccumulateGrad: a leaf (parameter)
+        if var is not None and _is_token_table(var):
+            return f"computed from token table {tuple(var.shape)} of an earlier graph"
+        stack.extend(g for g, _ in getattr(f, "next_functions", ()))
+    return ""
+
+
+def _register_tables(gm: fx.GraphModule, own: set[fx.Node], objects: dict) -> None:
+    """Remember the weights of the embedding lookups ``own`` starts from (token tables)."""
+    from hotcompile.passes.rewrite import EMBEDDING_TARGETS
+
+    params = parameter_nodes(gm, None) | set(objects)
+    for n in own:
+        if n.op != "call_function" or n.target not in EMBEDDING_TARGETS:
+            continue
+        pos = 1 if n.target is torch.nn.functional.embedding else 0
+        root = weight_root(arg(n, pos, "weight"), params)
+        obj = objects.get(root)
+        if isinstance(obj, torch.Tensor):
+            _TOKEN_TABLES[id(obj)] = weakref.ref(obj)
+    for key in [k for k, r in _TOKEN_TABLES.items() if r() is None]:
+        del _TOKEN_TABLES[key]
+
+
+def _downstream(gm: fx.GraphModule, seeds: set[fx.Node]) -> set[fx.Node]:
+    """``seeds`` and every node computed from one of them (graph order is topological)."""
+    marked = set(seeds)
+    for n in gm.graph.nodes:
+        if n not in marked and any(i in marked for i in n.all_input_nodes):
+            marked.add(n)
+    return marked
+
+
+def _frame(gm: fx.GraphModule, compile_id: str | None) -> _Frame:
+    """The frame ``gm`` is a piece of: the same ``meta`` object and compile id (DDPOptimizer)."""
+    key = id(gm.meta)
+    frame = _FRAMES.get(key)
+    if frame is None or frame.meta is not gm.meta or frame.compile_id != compile_id:
+        frame = _Frame(gm.meta, compile_id)
+        _FRAMES[key] = frame
+        while len(_FRAMES) > _MAX_FRAMES:
+            _FRAMES.popitem(last=False)
+    _FRAMES.move_to_end(key)
+    return frame
+
+
+def token_nodes(gm: fx.GraphModule, example_inputs: Sequence[Any] | None = None) -> set[fx.Node]:
+    """The token (text) nodes of ``gm``: :func:`token_sequence_nodes` of the graph itself, plus
+    what the graph continues of a text model (carried from earlier DDPOptimizer pieces,
+    or read off its inputs' autograd history), or everything / nothing under :func:`assume`.
+
+    Records the graph's marks for the pieces that follow and its decision (:func:`records`)."""
+    from hotcompile.passes.rewrite import _module_state, token_sequence_nodes
+
+    compile_id = _compile_id()
+    frame = _frame(gm, compile_id)
+    phs = _placeholders(gm, example_inputs)
+    user = [(n, obj) for n, obj in phs if not _module_state(n)]
+    assumed = _ASSUMED.get()
+    own = token_sequence_nodes(gm)
+    seeds: dict[fx.Node, str] = {}
+    if assumed is None:
+        for n, obj in user:
+            if n in own:
+                continue
+            v = value(n)
+            if v is not None and frame.marked.get(id(v)) is v:
+                seeds[n] = "pieces"
+            elif isinstance(obj, torch.Tensor) and obj.is_floating_point():
+                why = history_evidence(obj)
+                if why:
+                    seeds[n] = why
+    elif assumed == "text":
+        seeds = {n: "assumed" for n, _ in user}
+    marks = set() if assumed == "image" else _downstream(gm, set(own) | set(seeds))
+    _register_tables(gm, own, {n: obj for n, obj in phs if obj is not None})
+    frame.marked.update({id(v): v for v in map(value, marks) if v is not None})
+    if assumed is not None:
+        source, detail = "assumed", f"hotcompile.passes.family.assume({assumed!r})"
+    elif own:
+        source, detail = "embedding", "token embedding lookup in this graph"
+    elif seeds:
+        carried = all(v == "pieces" for v in seeds.values())
+        source = "pieces" if carried else "history"
+        detail = (
+            "continues the text marks of earlier DDPOptimizer pieces of this frame"
+            if carried
+            else "; ".join(sorted({v for v in seeds.values() if v != "pieces"}))
+        )
+    else:
+        source, detail = "none", "no token embedding in this graph or upstream of its inputs"
+    family = assumed or ("text" if marks else "image")
+    record = FamilyRecord(
+        compile_id, family, source, tuple(n.name for n in seeds), detail, frame.pieces
+    )
+    frame.pieces += 1
+    RECORDS.append(record)
+    if source in ("pieces", "history"):
+        log.info(
+            "hotcompile: graph %s (piece %d) continues a text model: %s (inputs %s)",
+            compile_id,
+            record.piece,
+            detail,
+            ", ".join(record.inputs),
+        )
+    elif source == "none" and (record.piece > 0 or any(obj is None for _, obj in user)):
+        log.info(
+            "hotcompile: graph %s (piece %d): no token embedding found in it or upstream of "
+            "its inputs (%s), so its layers are image layers; for a language model whose "
+            "activations cannot be traced back, compile under "
+            "hotcompile.passes.family.assume('text') or pass hla_signs=True",
+            compile_id,
+            record.piece,
+            "a DDPOptimizer piece" if record.piece > 0 else "some inputs have no real value",
+        )
+    return marks

@@ -1,0 +1,60 @@
+"""tools/bench_distributed.py --smoke: 1 and 2 processes on the CPU (gloo), then --merge."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tools" / "bench_distributed.py"
+
+
+def _torchrun(n: int, out: pathlib.Path, *extra: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={n}",
+        f"--master-port={port}", str(SCRIPT), "--smoke", "--out", str(out), *extra,
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
+
+
+def test_bench_distributed_smoke(tmp_path: pathlib.Path) -> None:
+    one, two, merged = tmp_path / "n1", tmp_path / "n2", tmp_path / "merged"
+    _torchrun(1, one, "--models", "llama", "--variants", "inductor", "hot")
+    _torchrun(2, two, "--variants", "inductor", "hot", "torchao_float8")
+    for d in (one, two):
+        for f in ("bench_distributed.json", "bench_distributed.md", "loss_curves.png"):
+            assert (d / f).stat().st_size > 0, d / f
+    res = json.loads((two / "bench_distributed.json").read_text())
+    assert res["environment"]["world"] == 2 and res["environment"]["torch"]
+    runs = {(r["model"], r["variant"]): r for r in res["results"]}
+    hot = runs[("llama", "hot")]
+    assert hot["step_ms"] > 0 and len(hot["losses"]) == 6 and hot["hot_layers"] > 0
+    assert runs[("vit_b16", "hot")]["hot_layers"] > 0
+    if "skipped" in runs[("llama", "torchao_float8")]:
+        assert "torchao" in runs[("llama", "torchao_float8")]["skipped"]
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--merge", str(one / "bench_distributed.json"),
+         str(two / "bench_distributed.json"), "--out", str(merged)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    m = json.loads((merged / "bench_distributed.json").read_text())
+    scaled = [r for r in m["results"] if r["world"] == 2 and r["model"] == "llama"]
+    assert scaled and all(r["scaling"] and r["scaling"] > 0 for r in scaled if "step_ms" in r)
+    assert "scaling" in (merged / "bench_distributed.md").read_text()
+
+
+def test_bench_distributed_help_teaches() -> None:
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "torchrun" in out and "--merge" in out and "--smoke" in out and "examples:" in out

@@ -1,0 +1,382 @@
+"""``backend="hot"`` under DDP (both orders) and FSDP2, with and without activation checkpointing:
+2 processes on the CPU (gloo).
+
+Each case runs in 2 worker processes (this file run as a script, one per rank). A worker
+compares its distributed gradients with single-process HOT runs of the same model:
+
+- ``halves``: HOT on each rank's half of the global batch in one process, averaged — what DDP
+  and FSDP2 must compute exactly (HOT quantizes per rank's batch: HLA's per-token signs and the
+  g_w scales see the local batch), so the tolerance is float round-off, and a wrong gradient
+  (no 1/world average, an exact-path layer, low-pass instead of signs) fails it;
+- ``global``: HOT on the global batch in one process: equal up to HOT's quantization, i.e.
+  about as far from it as HOT is from the exact gradient (reported, loosely bounded);
+- the per-layer plan: the same layers rewritten with the same treatment (``spec.hla_signs``:
+  text layers take HLA's random signs) as in one process. DDP's buckets are forced small so
+  that DDPOptimizer splits the graph, and the test asserts it did: a later piece cannot see the
+  embedding, and only ``hotcompile.passes.family`` tells it that it is a text layer.
+
+Deterministic numerics (``rounding="nearest"``, ``gx_scaling="per_token"``: no LQS state that
+a first step would calibrate) make the comparisons exact up to round-off. FSDP2 uses fp32
+parameters by default here; the ``bf16`` case runs ``MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32)`` on the CPU (slow) and compares loosely.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve()
+WORLD = 2
+OPTIONS = {"compiler": "aot_eager", "rounding": "nearest", "gx_scaling": "per_token"}
+#: DDP bucket capacity (bytes): small enough that the tiny models split into several pieces
+BUCKET_BYTES = 40_000
+
+
+# ----------------------------------------------------------------------------- models (worker)
+
+
+def build(kind: str, ckpt: bool):
+    """The tiny text (HF Llama) or image (conv patch embedding + 2 ViT blocks) model."""
+    import torch
+
+    torch.manual_seed(0)
+    if kind == "text":
+        from hotcompile.compat import import_module
+
+        tf = import_module("transformers")
+        cfg = tf.LlamaConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=4, vocab_size=128, max_position_embeddings=64, use_cache=False,
+            attn_implementation="sdpa",
+        )  # fmt: skip
+        model = tf.LlamaForCausalLM(cfg)
+        if ckpt:
+            model.gradient_checkpointing_enable({"use_reentrant": False})
+        return model
+    return TinyViT(ckpt)
+
+
+def blocks_of(model) -> list:
+    """The modules FSDP2 shards one by one (the transformer blocks)."""
+    return list(model.model.layers) if hasattr(model, "model") else list(model.blocks)
+
+
+def _vit_classes():
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torch.utils.checkpoint as cp
+
+    class Block(nn.Module):
+        def __init__(self, ckpt: bool, d: int = 64, heads: int = 4) -> None:
+            super().__init__()
+            self.heads, self.ckpt = heads, ckpt
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc1, self.fc2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            # checkpointing inside the block, as HF's layers do: FSDP2's hooks stay outside it
+            # (checkpoint(fsdp_block, x) from the parent: dynamo then compiled no graph at all)
+            if self.ckpt:
+                return cp.checkpoint(self.body, x, use_reentrant=False)
+            return self.body(x)
+
+        def body(self, x: torch.Tensor) -> torch.Tensor:
+            b, n, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, -1).unbind(2)
+            a = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            )
+            x = x + self.proj(a.transpose(1, 2).reshape(b, n, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class ViT(nn.Module):
+        def __init__(self, ckpt: bool) -> None:
+            super().__init__()
+            self.patch = nn.Conv2d(3, 64, 4, stride=4)
+            self.pos = nn.Parameter(torch.randn(1, 16, 64) * 0.02)
+            self.blocks = nn.ModuleList(Block(ckpt) for _ in range(2))
+            self.norm, self.head = nn.LayerNorm(64), nn.Linear(64, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.norm(x).mean(1))
+
+    return ViT
+
+
+def TinyViT(ckpt: bool):  # noqa: N802 - a class factory (the classes need torch, imported late)
+    return _vit_classes()(ckpt)
+
+
+def batch(kind: str, n: int):
+    """The fixed global batch: (inputs, targets)."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    if kind == "text":
+        ids = torch.randint(128, (n, 33), generator=g)
+        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+    return torch.randn(n, 3, 16, 16, generator=g), torch.randint(16, (n,), generator=g)
+
+
+def loss_of(out, target):
+    import torch.nn.functional as F
+
+    logits = out if not hasattr(out, "logits") else out.logits
+    return F.cross_entropy(logits.float().flatten(0, -2), target.flatten())
+
+
+# ----------------------------------------------------------------------------- worker
+
+
+def _short(name: str) -> str:
+    """A layer's name without the block index and wrappers (FSDP2 compiles one graph that
+    every block runs, named relative to the block)."""
+    parts = [p for p in name.split(".") if not p.isdigit()]
+    for pre in ("model", "layers", "blocks"):
+        while parts and parts[0] == pre:
+            parts = parts[1:]
+    return ".".join(parts)
+
+
+def _plan(plans) -> list[list]:
+    return sorted(
+        {(_short(p.name), p.path, bool(p.spec.hla_signs) if p.spec else None) for p in plans}
+    )
+
+
+def _grads(model, names) -> dict[str, Any]:
+    out = {}
+    for n, p in model.named_parameters():
+        n = n.replace("_orig_mod.", "").replace("module.", "")
+        g = p.grad
+        if g is not None and hasattr(g, "full_tensor"):
+            g = g.full_tensor()
+        out[n] = None if g is None else g.detach().float().clone()
+    return {n: out[n] for n in names}
+
+
+def _rel(a: dict, b: dict) -> float:
+    import torch
+
+    num = sum(((a[n] - b[n]).double() ** 2).sum() for n in b)
+    den = sum((b[n].double() ** 2).sum() for n in b)
+    return float(torch.sqrt(num / den))
+
+
+def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
+    """One case on this rank: ``kind-wrapper[-ckpt][-bf16]``."""
+    import torch
+    import torch.distributed as dist
+
+    import hotcompile
+    from hotcompile.passes import family
+
+    kind, wrapper, *flags = case.split("-")
+    ckpt, bf16 = "ckpt" in flags, "bf16" in flags
+    base = build(kind, ckpt)
+    names = [n for n, _ in base.named_parameters()]
+    x, y = batch(kind, 2 * world)
+    per = x.shape[0] // world
+    local = (x[rank * per : (rank + 1) * per], y[rank * per : (rank + 1) * per])
+
+    def fresh() -> None:
+        torch._dynamo.reset()
+        hotcompile.clear_plans()
+        family.clear()
+
+    def single(xb, yb, backend: bool, model=None):
+        m = model or copy.deepcopy(base)
+        fn = torch.compile(m, backend="hot", options=OPTIONS, dynamic=False) if backend else m
+        loss_of(fn(xb), yb).backward()
+        return m
+
+    # single-process references (every rank computes them: deterministic)
+    fresh()
+    m = copy.deepcopy(base)
+    halves = {n: torch.zeros_like(p) for n, p in base.named_parameters()}
+    for r in range(world):
+        m.zero_grad(set_to_none=True)
+        single(x[r * per : (r + 1) * per], y[r * per : (r + 1) * per], True, m)
+        for n, g in _grads(m, names).items():
+            halves[n] += g / world
+    fresh()
+    ref = _grads(single(x, y, True), names)
+    ref_plan = _plan(hotcompile.plans())
+    exact = _grads(single(x, y, False), names)
+
+    # distributed
+    fresh()
+    model = copy.deepcopy(base)
+    if wrapper in ("ddp", "ddpc"):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        # DDPOptimizer's first bucket must not exceed the others': the tiny model then splits
+        torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = BUCKET_BYTES
+        cap = BUCKET_BYTES / 2**20
+        compile_kw: dict[str, Any] = dict(backend="hot", options=OPTIONS, dynamic=False)
+        if wrapper == "ddpc":  # compile(DDP(model))
+            run = torch.compile(DDP(model, bucket_cap_mb=cap), **compile_kw)
+        else:  # DDP(compile(model))
+            run = DDP(torch.compile(model, **compile_kw), bucket_cap_mb=cap)
+    else:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32
+        )
+        for blk in blocks_of(model):
+            fully_shard(blk, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        run = torch.compile(model, backend="hot", options=OPTIONS, dynamic=False)
+    loss_of(run(local[0]), local[1]).backward()
+    got = _grads(model, names)
+    plan = _plan(hotcompile.plans())
+    flat = torch.cat([got[n].flatten() for n in names])
+    every = [torch.zeros_like(flat) for _ in range(world)]
+    dist.all_gather(every, flat)
+    return {
+        "case": case,
+        "rank": rank,
+        "ranks_identical": all(torch.equal(every[0], e) for e in every),
+        "rel_halves": _rel(got, halves),
+        "rel_global": _rel(got, ref),
+        "rel_hot_exact": _rel(ref, exact),
+        "rel_dist_exact": _rel(got, exact),
+        "rel_halves_x2": _rel({n: 2 * g for n, g in got.items()}, halves),
+        "plan": plan,
+        "ref_plan": ref_plan,
+        "families": [dataclass_dict(r) for r in family.records()],
+        "finite": bool(torch.isfinite(flat).all()),
+    }
+
+
+def dataclass_dict(r) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(r)
+
+
+def worker_main(cases: list[str], out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    results = []
+    try:
+        for case in cases:
+            results.append(run_case(case, rank, world))
+    finally:
+        dist.destroy_process_group()
+    pathlib.Path(out).joinpath(f"rank{rank}.json").write_text(json.dumps(results))
+
+
+# ----------------------------------------------------------------------------- tests (parent)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(cases: list[str], tmp: pathlib.Path, timeout: float = 600) -> list[dict]:
+    """Run ``cases`` in ``WORLD`` worker processes; rank 0's results (rank 1's are checked to
+    agree on the gradient through ``ranks_identical``)."""
+    port = free_port()
+    procs = []
+    for rank in range(WORLD):
+        env = dict(
+            os.environ, RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+        )  # fmt: skip
+        cmd = [sys.executable, str(HERE), "--out", str(tmp), *cases]
+        procs.append(
+            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=timeout)[0].decode(errors="replace"))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-6000:]
+    return json.loads((tmp / "rank0.json").read_text())
+
+
+def check(res: dict[str, Any]) -> None:
+    """The assertions of one case (rank 0's view)."""
+    case = res["case"]
+    assert res["finite"], case
+    assert res["ranks_identical"], f"{case}: gradients differ across ranks"
+    bf16 = "bf16" in case
+    # the exact DDP/FSDP2 gradient of HOT on each rank's half batch
+    tol = 0.05 if bf16 else 1e-4
+    assert res["rel_halves"] < tol, f"{case}: {res['rel_halves']:.2e} from the halves reference"
+    assert res["rel_halves_x2"] > 0.5  # a missing 1/world average would be this far off
+    # the global batch's HOT gradient: as far as HOT is from exact, not more
+    assert res["rel_global"] < max(2.0 * res["rel_hot_exact"], 0.05), res
+    assert res["rel_dist_exact"] < max(2.0 * res["rel_hot_exact"], 0.05), res
+    # the plan: every layer of the single-process plan, with the same treatment
+    assert res["plan"] == res["ref_plan"], (case, res["plan"], res["ref_plan"])
+    text = case.startswith("text")
+    assert all(path == "hot" and signs is text for _, path, signs in res["plan"]), res["plan"]
+    # graphs without layers (HF's mask, the rotary table) may say image: the plan is what counts
+    fams = res["families"]
+    assert fams and any(f["family"] == "text" for f in fams) is text, fams
+    if case.split("-")[1] in ("ddp", "ddpc"):  # DDPOptimizer really split the graph
+        assert max(f["piece"] for f in fams) >= 2, fams
+        if text:
+            assert any(f["source"] == "pieces" for f in fams), fams
+
+
+DEFAULT = ["text-ddpc", "text-ddp", "text-fsdp2-ckpt"]
+#: not here: the image model under FSDP2 (with or without checkpointing): on torch 2.13 only its
+#: patch embedding reached the backend, the sharded blocks ran eagerly (not resolved yet)
+SLOW = ["text-ddpc-ckpt", "text-fsdp2", "image-ddpc", "image-ddp-ckpt"]
+
+
+def _run(cases: list[str], tmp_path: pathlib.Path) -> None:
+    for res in launch(cases, tmp_path):
+        check(res)
+
+
+def test_distributed_default(tmp_path: pathlib.Path) -> None:
+    """DDP both orders (graph split by DDPOptimizer) and FSDP2 with checkpointing, text model."""
+    _run(DEFAULT, tmp_path)
+
+
+@pytest.mark.slow
+def test_distributed_more(tmp_path: pathlib.Path) -> None:
+    """Checkpointing on/off for DDP and FSDP2, and the image model under each wrapper."""
+    _run(SLOW, tmp_path)
+
+
+@pytest.mark.slow
+def test_fsdp2_bf16_params(tmp_path: pathlib.Path) -> None:
+    """FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on the CPU."""
+    _run(["text-fsdp2-bf16"], tmp_path)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    out = args[args.index("--out") + 1]
+    worker_main([a for a in args if a not in ("--out", out)], out)

@@ -1,0 +1,407 @@
+"""Data-parallel training with ``backend="hot"``: DDP or FSDP2, step time, memory, loss curves.
+
+Launch one process per GPU with torchrun; every process trains the same model on its own
+batches (weak scaling: the batch *per GPU* is fixed), rank 0 writes the results:
+
+  torchrun --nproc-per-node 2 tools/bench_distributed.py --wrapper ddp --out runs/ddp_n2
+  torchrun --nproc-per-node 1 tools/bench_distributed.py --wrapper ddp --out runs/ddp_n1
+  python tools/bench_distributed.py --merge runs/ddp_n1/*.json runs/ddp_n2/*.json --out runs/ddp
+
+Models (tools/bench_models.py, random init, nothing downloaded):
+  llama    HF LlamaForCausalLM, hidden 2048, MLP 8192, 8 layers, seq 2048, batch 4 per GPU,
+           trained on bytes of the Python stdlib (tools/accuracy.py's corpus: a fixed, real
+           text, vocabulary 256 of the model's 32000)
+  vit_b16  timm ViT-B/16, 224x224, batch 128 per GPU, on a fixed pool of 8 random batches
+           per rank (random images, random labels: the loss falls as the model memorises)
+
+Variants: inductor (torch.compile), hot (backend="hot" plus --hot-options), torchao_float8
+(torchao.float8.convert_to_float8_training, tensorwise, every nn.Linear but the head, then
+torch.compile; skipped with a message when torchao is missing).
+
+Wrappers: ddp (torch.compile(DDP(model)); --ddp-order compiled-ddp: DDP(torch.compile(model)))
+with bf16 autocast; fsdp2 (fully_shard per transformer block, then the root, with
+MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); --fp32-params on the CPU).
+
+Measured: median step time over the timed steps (after --warmup steps that compile), per-rank
+peak GPU memory (torch.cuda.max_memory_allocated over the timed steps), the loss of every step
+(averaged over the ranks). Written to --out: bench_distributed.json, bench_distributed.md (device,
+torch, commit — git or HOTCOMPILE_COMMIT —, date, command) and loss_curves.png. --merge takes
+several JSON files (a 1-process and an N-process run) and adds the weak-scaling efficiency
+(1-GPU step time) / (N-GPU step time) per model, variant and wrapper.
+
+--smoke: a CPU check of the whole path in under two minutes (gloo, tiny models, aot_eager,
+a few steps, fp32 FSDP2 parameters); its timings mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import socket
+import statistics
+import sys
+import time
+import traceback
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bench_models  # noqa: E402  (the models bench_train trains)
+from bench_train import VariantSkipped, WithLoss, convert_float8  # noqa: E402
+from gpu_tests import _commit  # noqa: E402
+
+VARIANTS = ("inductor", "hot", "torchao_float8")
+MODELS = ("llama", "vit_b16")
+WRAPPERS = ("ddp", "fsdp2")
+
+
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks FSDP2 shards one by one (HF Llama's layers, timm's blocks)."""
+    inner = model.model if isinstance(model, WithLoss) else model
+    if hasattr(inner, "model") and hasattr(inner.model, "layers"):
+        return list(inner.model.layers)
+    return list(inner.blocks)
+
+
+def _batches(name: str, per_rank: int, quick: bool, rank: int, device: torch.device):
+    """Endless (inputs, targets) for this rank: stdlib bytes for llama, a fixed pool for ViT."""
+    spec = bench_models.MODELS[name]
+    gen = torch.Generator().manual_seed(1000 + rank)
+    if name == "llama":
+        import accuracy  # tools/accuracy.py: the stdlib byte corpus
+
+        seq = spec.batch(1, quick, gen)[0].shape[1]
+        text = accuracy.load_text("lib", "train", 4_000_000 if not quick else 200_000)
+        for x, y in accuracy.batches(text, seq, per_rank, gen):
+            yield x.to(device), y.to(device)
+    pool = [spec.batch(per_rank, quick, gen) for _ in range(8)]
+    i = 0
+    while True:
+        x, y = pool[i % len(pool)]
+        i += 1
+        yield x.to(device), y.to(device)
+
+
+def build(args: argparse.Namespace, name: str, variant: str, device: torch.device):
+    """The wrapped, compiled training module and the parameters to optimise."""
+    spec = bench_models.MODELS[name]
+    torch.manual_seed(0)
+    core = spec.build(args.smoke)
+    info: dict[str, Any] = {}
+    if variant == "torchao_float8":
+        info["float8"] = convert_float8(core, spec.classifier, emulate=device.type != "cuda")
+    model = WithLoss(core).to(device)
+    backend: dict[str, Any] = {}
+    if variant == "hot":
+        opts = dict(json.loads(args.hot_options)) if args.hot_options else {}
+        if args.smoke:
+            opts.setdefault("compiler", "aot_eager")
+        backend = {"backend": "hot", "options": opts}
+        info["hot_options"] = opts
+    elif args.smoke:
+        backend = {"backend": "aot_eager_decomp_partition"}
+    if args.wrapper == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [device.index] if device.type == "cuda" else None
+        if args.ddp_order == "compiled-ddp":
+            run = DDP(torch.compile(model, **backend), device_ids=ids)
+        else:
+            run = torch.compile(DDP(model, device_ids=ids), **backend)
+    else:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        bf16 = not args.fp32_params
+        mp = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32
+        )
+        for blk in blocks_of(model):
+            fully_shard(blk, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        run = torch.compile(model, **backend)
+        info["param_dtype"] = "bfloat16" if bf16 else "float32"
+    return run, model, info
+
+
+def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.device) -> dict:
+    """Train one (model, variant) and measure it; every rank returns the same record."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    spec = bench_models.MODELS[name]
+    per_rank = args.batch or (spec.quick_batch if args.smoke else spec.default_batch)
+    rec: dict[str, Any] = {"model": name, "variant": variant, "wrapper": args.wrapper}
+    rec.update(world=world, batch_per_rank=per_rank, steps=args.steps, warmup=args.warmup)
+    try:
+        run, model, info = build(args, name, variant, device)
+    except VariantSkipped as e:
+        return {**rec, "skipped": str(e)}
+    rec.update(info)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=device.type == "cuda")
+    autocast = args.wrapper == "ddp" and device.type == "cuda"
+    data = _batches(name, per_rank, args.smoke, rank, device)
+    losses, times = [], []
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        x, y = next(data)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = run(x, y)
+        loss.backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+        losses.append(loss.detach().float())
+    curve = torch.stack(losses)
+    dist.all_reduce(curve)
+    curve /= world
+    peak = torch.tensor(
+        [torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1.0],
+        device=device,
+    )
+    peaks = [torch.zeros_like(peak) for _ in range(world)]
+    dist.all_gather(peaks, peak)
+    rec.update(
+        step_ms=1e3 * statistics.median(times),
+        losses=[round(v, 5) for v in curve.tolist()],
+        peak_gib=[p.item() / 2**30 if p.item() >= 0 else None for p in peaks],
+    )
+    if variant == "hot":
+        import hotcompile
+
+        plans = hotcompile.plans()
+        rec["hot_layers"] = sum(p.path != "skipped" for p in plans)
+        rec["layers"] = len(plans)
+    return rec
+
+
+# ----------------------------------------------------------------------------- reporting
+
+
+def environment(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    return {
+        "device": f"{name or 'cpu'} ({device.type})",
+        "torch": torch.__version__,
+        "commit": _commit(),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(["torchrun" if "LOCAL_RANK" in os.environ else "python", *sys.argv]),
+        "world": dist.get_world_size() if dist.is_initialized() else None,
+        "smoke": bool(args.smoke),
+        "versions": bench_models.versions(),
+    }
+
+
+def add_scaling(results: list[dict]) -> list[dict]:
+    """Weak-scaling efficiency of each run: (1-process step) / (this run's step), matched on
+    model, variant, wrapper and batch per rank."""
+    one = {
+        (r["model"], r["variant"], r["wrapper"], r["batch_per_rank"]): r["step_ms"]
+        for r in results
+        if r.get("world") == 1 and r.get("step_ms")
+    }
+    for r in results:
+        base = one.get((r["model"], r["variant"], r["wrapper"], r.get("batch_per_rank")))
+        r["scaling"] = base / r["step_ms"] if base and r.get("step_ms") else None
+    return results
+
+
+def markdown(res: dict[str, Any]) -> str:
+    env = res["environment"]
+    envs = env if isinstance(env, list) else [env]
+    lines = ["# bench_distributed", ""]
+    for e in envs:
+        lines.append(
+            f"- {e['device']}, torch {e['torch']}, commit {e['commit']}, {e['date']}, "
+            f"world {e['world']}{' (smoke: timings mean nothing)' if e['smoke'] else ''}: "
+            f"`{e['command']}`"
+        )
+    lines += [
+        "",
+        "| model | wrapper | variant | GPUs | batch/GPU | step (median) | vs inductor | "
+        "scaling | peak/GPU | loss first → last | HOT layers |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    base = {
+        (r["model"], r["wrapper"], r["world"]): r.get("step_ms")
+        for r in res["results"]
+        if r["variant"] == "inductor"
+    }
+    for r in res["results"]:
+        if r.get("skipped") or r.get("error"):
+            why = r.get("skipped") or r["error"].strip().splitlines()[-1]
+            lines.append(
+                f"| {r['model']} | {r['wrapper']} | {r['variant']} | {r['world']} | "
+                f"{r['batch_per_rank']} | {'skipped' if r.get('skipped') else 'failed'}: {why} "
+                "| | | | | |"
+            )
+            continue
+        b = base.get((r["model"], r["wrapper"], r["world"]))
+        peaks = [p for p in r["peak_gib"] if p is not None]
+        loss = r["losses"]
+        hot = f"{r['hot_layers']} of {r['layers']}" if "hot_layers" in r else "-"
+        scaling = r.get("scaling")
+        step = r["step_ms"]
+        lines.append(
+            f"| {r['model']} | {r['wrapper']} | {r['variant']} | {r['world']} | "
+            f"{r['batch_per_rank']} | {r['step_ms']:.1f} ms | "
+            f"{f'{b / step:.2f}x' if b else '-'} | "
+            f"{f'{scaling:.2f}' if scaling else '-'} | "
+            f"{f'{max(peaks):.2f} GiB' if peaks else '-'} | "
+            f"{loss[0]:.3f} → {loss[-1]:.3f} | {hot} |"
+        )
+    lines += [
+        "",
+        "Step: median wall time of the timed steps (zero_grad, forward + loss, backward, "
+        "AdamW). vs inductor: inductor's step / this step (same wrapper and GPU count). "
+        "Scaling: weak scaling, (1-GPU step) / (N-GPU step) at the same batch per GPU. Loss: "
+        "averaged over ranks, first and last step (warm-up included).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[dict], path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = sorted({r["model"] for r in results if r.get("losses")})
+    if not models:
+        return
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        for r in results:
+            if r["model"] == m and r.get("losses"):
+                label = f"{r['variant']} {r['wrapper']} x{r['world']}"
+                ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=label)
+        ax.set(title=m, xlabel="step", ylabel="loss (mean over ranks)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write(res: dict[str, Any], out: pathlib.Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_distributed.json").write_text(json.dumps(res, indent=1))
+    (out / "bench_distributed.md").write_text(markdown(res))
+    plot(res["results"], out / "loss_curves.png")
+    print(f"wrote {out}/bench_distributed.{{json,md}} and loss_curves.png", flush=True)
+
+
+def merge(paths: list[str], out: pathlib.Path) -> dict[str, Any]:
+    parts = [json.loads(pathlib.Path(p).read_text()) for p in paths]
+    results = [r for p in parts for r in p["results"]]
+    res = {"environment": [p["environment"] for p in parts], "results": add_scaling(results)}
+    write(res, out)
+    return res
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n", 2)[2] + "\nexamples:\n"
+        "  torchrun --nproc-per-node 2 tools/bench_distributed.py --wrapper fsdp2 --out r/f2\n"
+        "  torchrun --nproc-per-node 2 tools/bench_distributed.py --smoke --out /tmp/bd\n"
+        "  python tools/bench_distributed.py --merge r/f1/bench_distributed.json "
+        "r/f2/bench_distributed.json --out r/fsdp2\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    p.add_argument("--wrapper", choices=WRAPPERS, default="ddp")
+    p.add_argument(
+        "--ddp-order",
+        choices=("ddp-compiled", "compiled-ddp"),
+        default="ddp-compiled",
+        help="ddp-compiled: torch.compile(DDP(model)) (default); compiled-ddp: DDP(compile(m))",
+    )
+    p.add_argument("--steps", type=int, default=200, help="timed steps (default 200)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed first steps (compile)")
+    p.add_argument("--batch", type=int, default=None, help="batch per GPU (default: model's)")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--hot-options", default="", help='JSON options, e.g. \'{"prefer": "paper"}\'')
+    p.add_argument("--fp32-params", action="store_true", help="FSDP2 without bf16 parameters")
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_distributed_out"))
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="merge runs, add the scaling")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CPU check: gloo, tiny models, aot_eager, 4 steps, fp32 FSDP2 parameters",
+    )
+    return p
+
+
+def _init() -> torch.device:
+    """The process group (torchrun's env, or a 1-process group) and this rank's device."""
+    if "RANK" not in os.environ:  # plain `python`: one process
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(port))
+    cuda = torch.cuda.is_available()
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    return device
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    args = build_parser().parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
+    if args.smoke:
+        args.steps = min(args.steps, 4)
+        args.warmup = min(args.warmup, 2)
+        args.fp32_params = True
+    device = _init()
+    rank = dist.get_rank()
+    results = []
+    try:
+        for name in args.models:
+            missing = bench_models.missing(bench_models.MODELS[name])
+            for variant in args.variants:
+                base = {"model": name, "variant": variant, "wrapper": args.wrapper}
+                base.update(world=dist.get_world_size(), batch_per_rank=args.batch)
+                if missing:
+                    results.append({**base, "skipped": missing})
+                    continue
+                if rank == 0:
+                    print(f"[bench_distributed] {name} {variant} {args.wrapper} ...", flush=True)
+                torch._dynamo.reset()
+                try:
+                    rec = run_one(args, name, variant, device)
+                except Exception:  # noqa: BLE001 - recorded; the other variants still run
+                    rec = {**base, "error": traceback.format_exc()}
+                    print(rec["error"], file=sys.stderr, flush=True)
+                results.append(rec)
+                if rank == 0 and rec.get("step_ms"):
+                    print(f"  step {rec['step_ms']:.1f} ms, loss {rec['losses'][-1]:.3f}")
+        res = {"environment": environment(args, device), "results": add_scaling(results)}
+        if rank == 0:
+            write(res, args.out)
+        return res
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
