@@ -118,8 +118,10 @@ class HotConfig:
             embedding (an embedding lookup of integer inputs the user passes — not of the
             model's own buffers such as ``position_ids``: text), the low-pass elsewhere (image
             patches and feature maps, where it is at least as good: CPU study, variant
-            ``hot_hla_signs``). A graph that starts after a graph break cannot see the
-            embedding: pass ``True`` for a language model whose graph breaks. ``True`` /
+            ``hot_hla_signs``). A graph split off its embedding (a graph break, a DDP bucket
+            boundary, an FSDP2 hook) still knows: ``hotcompile.passes.family`` carries the
+            marks; where it cannot it logs so — pass ``True`` then, or wrap the first call in
+            ``hotcompile.passes.family.assume("text")``. ``True`` /
             ``False``: signs on every HLA layer / on none (the paper). The plan table's g_w
             column says ``HLA r=8 signs`` where they are on.
         hla_threshold: the HLA choice of :func:`hotcompile.calibrate`: per layer it measures
