@@ -19,7 +19,8 @@ from hotcompile import HotConfig, HotConfigError
 TEXT = {"text.1", "head"}
 
 
-def _plans(options: dict) -> dict[str, hotcompile.LayerPlan]:
+def _step(options: dict) -> tuple[dict[str, hotcompile.LayerPlan], dict[str, torch.Tensor]]:
+    """One compiled step of the text + image model: the plans and the gradients."""
     hotcompile.clear_plans()
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -28,7 +29,11 @@ def _plans(options: dict) -> dict[str, hotcompile.LayerPlan]:
     torch.manual_seed(1)
     c(torch.randint(256, (2, 64)), torch.randn(2, 64, 32)).backward()
     assert all(p.grad is not None and p.grad.isfinite().all() for p in m.parameters())
-    return {p.name: p for p in hotcompile.plans()}
+    return {p.name: p for p in hotcompile.plans()}, {n: p.grad for n, p in m.named_parameters()}
+
+
+def _plans(options: dict) -> dict[str, hotcompile.LayerPlan]:
+    return _step(options)[0]
 
 
 def test_auto_gives_text_layers_the_text_recipe_and_says_so() -> None:
@@ -73,13 +78,7 @@ def test_the_text_recipe_is_exactly_its_options() -> None:
     the same gradients, bit for bit (deterministic rounding)."""
 
     def grads(options: dict) -> dict[str, torch.Tensor]:
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        m = _Tokens()
-        c = torch.compile(m, backend="hot", options={**AOT, **options})
-        torch.manual_seed(1)
-        c(torch.randint(256, (2, 64)), torch.randn(2, 64, 32)).backward()
-        return {n: p.grad for n, p in m.named_parameters()}
+        return _step(options)[1]
 
     tok = {"gx_scaling": "per_token"}  # LQS would run the first step's g_x exactly
     auto = grads(tok)
