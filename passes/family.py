@@ -221,15 +221,6 @@ def _register_tables(gm: fx.GraphModule, own: set[fx.Node], objects: dict) -> No
         del _TOKEN_TABLES[key]
 
 
-def _downstream(gm: fx.GraphModule, seeds: set[fx.Node]) -> set[fx.Node]:
-    """``seeds`` and every node computed from one of them (graph order is topological)."""
-    marked = set(seeds)
-    for n in gm.graph.nodes:
-        if n not in marked and any(i in marked for i in n.all_input_nodes):
-            marked.add(n)
-    return marked
-
-
 def _frame(gm: fx.GraphModule, compile_id: str | None) -> _Frame:
     """The frame ``gm`` is a piece of: the same ``meta`` object and compile id (DDPOptimizer)."""
     key = id(gm.meta)
@@ -260,8 +251,6 @@ def token_nodes(gm: fx.GraphModule, example_inputs: Sequence[Any] | None = None)
     seeds: dict[fx.Node, str] = {}
     if assumed is None:
         for n, obj in user:
-            if n in own:
-                continue
             v = value(n)
             if v is not None and frame.marked.get(id(v)) is v:
                 seeds[n] = "pieces"
@@ -271,7 +260,10 @@ def token_nodes(gm: fx.GraphModule, example_inputs: Sequence[Any] | None = None)
                     seeds[n] = why
     elif assumed == "text":
         seeds = {n: "assumed" for n, _ in user}
-    marks = set() if assumed == "image" else _downstream(gm, set(own) | set(seeds))
+    if assumed == "image":
+        marks: set[fx.Node] = set()
+    else:  # the graph's own lookups and everything computed from them or from the seeds
+        marks = token_sequence_nodes(gm, seeds=set(seeds)) if seeds else own
     _register_tables(gm, own, {n: obj for n, obj in phs if obj is not None})
     frame.marked.update({id(v): v for v in map(value, marks) if v is not None})
     if assumed is not None:

@@ -231,7 +231,10 @@ def _from_discrete_input(node: torch.fx.Node, scope: Scope | None = None) -> boo
 
 
 def token_sequence_nodes(
-    gm: torch.fx.GraphModule, scope: Scope | None = None, outer: set | None = None
+    gm: torch.fx.GraphModule,
+    scope: Scope | None = None,
+    outer: set | None = None,
+    seeds: set | None = None,
 ) -> set[torch.fx.Node]:
     """The nodes computed from a token embedding: an embedding lookup whose indices come from
     an integer input of the graph, and everything downstream of it.
@@ -241,11 +244,16 @@ def token_sequence_nodes(
     low-pass then drops a large part of g_w *systematically* (byte LM: +17% loss; 32 M-param LM
     on an H100: +87%). ``hla_signs="auto"`` gives exactly these layers HLA's random signs, which
     make the estimate unbiased. One pass in graph order suffices (FX graphs are topologically
-    sorted). A graph that starts after a graph break cannot see the embedding. In a HOP body
-    (``scope``), placeholders fed by ``outer`` (the outer graph's token nodes) are token nodes.
+    sorted). A graph sees only its own embedding; :mod:`hotcompile.passes.family` seeds the
+    inputs of a graph split off it. In a HOP body
+    (``scope``), placeholders fed by ``outer`` (the outer graph's token nodes) are token nodes;
+    ``seeds``: nodes known to be token nodes from elsewhere (``hotcompile.passes.family``:
+    the inputs a split graph continues a text model with).
     """
-    marked: set[torch.fx.Node] = set()
+    marked: set[torch.fx.Node] = set(seeds or ())
     for n in gm.graph.nodes:
+        if n in marked:
+            continue
         if n.op == "placeholder" and scope is not None and outer:
             if scope.inputs.get(n) in outer:
                 marked.add(n)

@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
+
+from test_distributed import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tools" / "bench_distributed.py"
 
 
 def _torchrun(n: int, out: pathlib.Path, *extra: str) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={n}",
         f"--master-port={port}", str(SCRIPT), "--smoke", "--out", str(out), *extra,
