@@ -133,3 +133,82 @@ def test_gpu_lm_strict_plan_uses_its_threshold(tmp_path):
     (r,) = results
     decided = r.extra["plan_decisions"]
     assert decided and all(d["hla"] == (d["e_hla"] <= threshold) for d in decided.values())
+
+
+def _transformers_ok() -> bool:
+    try:
+        acc.build_gpu_lm(acc.gpu_lm_llama_settings(quick=True))
+    except ImportError:
+        return False
+    return True
+
+
+def test_llama_settings_are_issue_16s_run():
+    """``--arch llama``: a ~125 M HF Llama for >= 1,500 steps, its own result folder, and the
+    peer (torchao float8) among its default variants."""
+    s = acc.gpu_lm_llama_settings()
+    assert s.arch == "llama" and s.steps >= 1500
+    # the linears of the decoder (embedding and head are 2 x 256 x dim more)
+    per_layer = 4 * s.dim * s.dim + 3 * s.dim * s.mlp
+    assert 110e6 <= s.depth * per_layer <= 140e6
+    assert acc.GPU_LM_DEFAULT_BY_ARCH["llama"] == ("bf16", "hot", "torchao_fp8")
+    args = acc.build_parser().parse_args(["--gpu-lm", "--arch", "llama"])
+    assert args.arch == "llama"
+    with pytest.raises(ValueError, match="unknown GPU-LM arch"):
+        acc.build_gpu_lm(acc.GpuLMSettings(arch="gpt"))
+
+
+@pytest.mark.skipif(not _transformers_ok(), reason="transformers not importable")
+def test_llama_arch_trains_with_the_text_recipe(tmp_path):
+    """The quick Llama trains bf16 and HOT from the same weights; HOT takes every linear with
+    the text recipe (the layers are fed by the token embedding), and the table names the
+    model."""
+    s = acc.gpu_lm_llama_settings(quick=True)
+    s.steps, s.eval_every, s.warmup = 4, 2, 1
+    results, skipped = acc.run_gpu_lm(
+        ["bf16", "hot"], [0], s, torch.device("cpu"), tmp_path, progress=False, fresh=True
+    )
+    assert skipped == []
+    runs = {r.variant: r for r in results}
+    assert runs["hot"].curve[0] == pytest.approx(runs["bf16"].curve[0])
+    assert all(math.isfinite(v) for r in results for v in r.curve)
+    plan = {p["layer"]: p for p in runs["hot"].extra["plan"]}
+    kinds = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert all(any(k in name for name in plan) for k in kinds), sorted(plan)
+    assert all(p["path"] == "hot" and p["recipe"] == "text" for p in plan.values()), plan
+    md = (tmp_path / "accuracy_gpu_lm.md").read_text()
+    assert "LlamaForCausalLM" in md and "~125M Llama" in md
+
+
+def test_torchao_variants_skip_without_torchao(tmp_path, monkeypatch):
+    """Without torchao the peer rows are skipped and the table says why; a HOT row is then
+    not judged against a missing peer."""
+    real = acc.importlib.util.find_spec
+    monkeypatch.setattr(
+        acc.importlib.util, "find_spec", lambda n, *a: None if n == "torchao" else real(n, *a)
+    )
+    results, skipped = acc.run_gpu_lm(
+        ["bf16", "torchao_fp8"], [0], _tiny(), torch.device("cpu"), tmp_path, progress=False,
+        fresh=True,
+    )  # fmt: skip
+    assert [r.variant for r in results] == ["bf16"]
+    assert skipped == ["torchao_fp8/seed 0 (torchao not installed)"]
+    md = (tmp_path / "accuracy_gpu_lm.md").read_text()
+    assert "torchao_fp8/seed 0 (torchao not installed)" in md
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao not installed")
+def test_torchao_variants_convert_the_block_linears(tmp_path):
+    """With torchao (emulated FP8 on a CPU): every block linear converted, the head not, and
+    the table holds the peer comparison for HOT."""
+    results, _ = acc.run_gpu_lm(
+        ["bf16", "hot", "torchao_fp8_rowwise"], [0], _tiny(), torch.device("cpu"), tmp_path,
+        progress=False, fresh=True,
+    )  # fmt: skip
+    f8 = {r.variant: r for r in results}["torchao_fp8_rowwise"].extra["float8"]
+    assert f8["n_converted"] == 4 * _tiny().depth and "head" in f8["not_converted"]
+    assert "rowwise" in f8["recipe"]
+    doc = json.loads((tmp_path / "accuracy_gpu_lm.json").read_text())
+    assert "lm_gpu: hot's gap to bf16 no larger than torchao_fp8_rowwise's" in [
+        t["target"] for t in doc["targets"]
+    ]

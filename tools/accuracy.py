@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -992,9 +993,17 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     # the second is what recipe="text" (the LM's default since) sets
     "hot_fp8_gx": {"recipe": "vision", "gx_bits": 8, "gx_format": "fp8"},
     "hot_fp8_gx_no_hla": {"recipe": "vision", "gx_bits": 8, "gx_format": "fp8", "hla": False},
+    # peers (issue 16): torchao's float8 training on every block linear (the head stays bf16,
+    # torchao's advice), then plain compile; forward and backward GEMMs in FP8
+    "torchao_fp8": None,  # tensorwise (Float8LinearConfig() defaults)
+    "torchao_fp8_rowwise": None,  # Float8LinearConfig.from_recipe_name("rowwise")
 }
+#: torchao variant -> its float8 recipe
+GPU_LM_TORCHAO = {"torchao_fp8": "tensorwise", "torchao_fp8_rowwise": "rowwise"}
 #: what a plain ``--gpu-lm`` runs (about 3 minutes on an H200); add the rest with --variants
 GPU_LM_DEFAULT = ("bf16", "hot", "hot_exact_gw")
+#: ``--arch llama``'s default: HOT's defaults against bf16 and the peer (issue 16)
+GPU_LM_DEFAULT_BY_ARCH = {"byte": GPU_LM_DEFAULT, "llama": ("bf16", "hot", "torchao_fp8")}
 GPU_LM_REFERENCE = "bf16"
 GPU_LM_STEM = "accuracy_gpu_lm"
 
@@ -1011,11 +1020,16 @@ class GpuLMSettings:
     plus ~30-60 s of inductor compile per variant: each variant ≤ ~100 s, three ≤ ~5 min.
     A batch of 32 windows (16 K bytes) rather than one sized to fill the H200's memory keeps
     the step count (600) meaningful for a fixed token budget; memory is not the limit here.
+
+    ``arch="llama"`` (``--arch llama``, :func:`gpu_lm_llama_settings`) trains a Hugging Face
+    ``LlamaForCausalLM`` on the same bytes instead; ``mlp`` is its intermediate size.
     """
 
+    arch: str = "byte"
     dim: int = 512
     depth: int = 10
     heads: int = 8
+    mlp: int | None = None
     ctx: int = 512
     batch: int = 32
     steps: int = 600
@@ -1038,6 +1052,78 @@ def gpu_lm_quick_settings() -> GpuLMSettings:
     return GpuLMSettings(
         dim=32, depth=1, heads=2, ctx=32, batch=4, steps=8, warmup=2, eval_every=4,
         val_windows=8, text_bytes=200_000,
+    )  # fmt: skip
+
+
+def gpu_lm_llama_settings(quick: bool = False) -> GpuLMSettings:
+    """Issue 16's larger run: a ~127 M-parameter HF Llama (hidden 768, 12 layers of 12 heads,
+    MLP 3584, context 1024) for 1,500 steps of 8 × 1024 bytes (12.3 M bytes, about 1.3 passes
+    over the stdlib's library code), GPT-3-small's schedule (lr 6e-4, 100 warm-up steps).
+
+    Budget on an H100: ~6 · 127 M · 8 K = 6.2 TFLOP per step, ~20 ms for bf16, ~30 s of
+    training; HOT on its 84 linears compiles for ~2-4 minutes (``compile_time_h100.md``).
+    A batch of 8 keeps the token budget near one pass, so validation measures learning,
+    not memorisation. ``quick``: a CPU smoke test of the same code path.
+    """
+    if quick:
+        return GpuLMSettings(
+            arch="llama", dim=32, depth=1, heads=2, mlp=64, ctx=32, batch=4, steps=8, warmup=2,
+            eval_every=4, val_windows=8, text_bytes=200_000,
+        )  # fmt: skip
+    return GpuLMSettings(
+        arch="llama", dim=768, depth=12, heads=12, mlp=3584, ctx=1024, batch=8, steps=1500,
+        lr=6e-4, warmup=100, eval_every=100, val_windows=256,
+    )  # fmt: skip
+
+
+class ByteLlama(nn.Module):
+    """Hugging Face ``LlamaForCausalLM`` over the 256 byte values, returning logits.
+
+    RMSNorm, rotary positions, SwiGLU MLP and SDPA attention, as the Llama-style models users
+    train; the head is untied (as Llama's) so that its linear is an ordinary layer. HF's
+    initialisation draws from torch's global generator, so the seed fixes the weights.
+    """
+
+    def __init__(self, dim: int, depth: int, heads: int, mlp: int, ctx: int):
+        super().__init__()
+        from hotcompile import compat
+
+        hf = compat.import_module("transformers")  # mends a CUDA torchvision beside a CPU torch
+        LlamaConfig, LlamaForCausalLM = hf.LlamaConfig, hf.LlamaForCausalLM  # noqa: N806
+
+        cfg = LlamaConfig(
+            vocab_size=256, hidden_size=dim, intermediate_size=mlp, num_hidden_layers=depth,
+            num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=ctx,
+            tie_word_embeddings=False, use_cache=False, attn_implementation="sdpa",
+        )  # fmt: skip
+        self.lm = LlamaForCausalLM(cfg)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=idx, use_cache=False).logits
+
+
+def build_gpu_lm(s: GpuLMSettings) -> nn.Module:
+    """The GPU LM of ``s.arch``, initialised from torch's global generator."""
+    if s.arch == "llama":
+        return ByteLlama(s.dim, s.depth, s.heads, s.mlp or 4 * s.dim, s.ctx)
+    if s.arch != "byte":
+        raise ValueError(f"unknown GPU-LM arch {s.arch!r}: 'byte' or 'llama'")
+    return ByteLM(s.dim, s.depth, s.heads, s.ctx)
+
+
+#: the LM head of each arch, kept out of torchao's float8 conversion (torchao's advice)
+GPU_LM_HEAD = {"byte": "head", "llama": "lm.lm_head"}
+
+
+def convert_torchao(model: nn.Module, variant: str, s: GpuLMSettings, device: torch.device):
+    """torchao's float8 training on ``model`` in place (``bench_train.convert_float8``: one
+    conversion for the benchmark and the study); emulated FP8 GEMMs on a CPU."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from bench_train import convert_float8
+
+    return convert_float8(
+        model, (GPU_LM_HEAD[s.arch],), emulate=device.type != "cuda",
+        recipe=GPU_LM_TORCHAO[variant],
     )  # fmt: skip
 
 
@@ -1088,7 +1174,8 @@ def run_gpu_lm_one(
     train_text = _cached_text("lib", "train", s.text_bytes)
     val = val_windows(_cached_text("lib", "val", s.text_bytes), s.ctx, s.val_windows)
     torch.manual_seed(seed)
-    model = ByteLM(s.dim, s.depth, s.heads, s.ctx).to(device)
+    model = build_gpu_lm(s).to(device)
+    float8 = convert_torchao(model, variant, s, device) if variant in GPU_LM_TORCHAO else None
     plan_decisions = None
     if uses_pilot_plan(variant):  # as the CPU task: pilot on a copy, calibrate, fresh
 
@@ -1161,6 +1248,8 @@ def run_gpu_lm_one(
         extra["plan"] = layer_plan(backend)
     if plan_decisions is not None:
         extra["plan_decisions"] = plan_decisions
+    if float8 is not None:
+        extra["float8"] = float8
     seconds = time.perf_counter() - t0
     del model, compiled, opt
     torch._dynamo.reset()
@@ -1261,12 +1350,21 @@ def gpu_lm_targets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ref = next((r for r in rows if r["variant"] == GPU_LM_REFERENCE), None)
     out = []
     for row in rows:
-        if ref is None or row["variant"] == GPU_LM_REFERENCE:
+        if ref is None or row["variant"] == GPU_LM_REFERENCE or row["variant"] in GPU_LM_TORCHAO:
             continue
         rel = row["delta_vs_ref"]
         out.append({"target": f"lm_gpu: {row['variant']} validation loss within 2% of bf16",
                     "measured": f"{row['variant']} {rel:+.2f}% vs bf16", "met": rel <= 2.0,
                     "miss_by": max(0.0, rel - 2.0)})  # fmt: skip
+    # issue 16: HOT's gap to bf16 no larger than the peer's in the same run
+    hot = next((r for r in rows if r["variant"] == "hot"), None)
+    for peer in (r for r in rows if r["variant"] in GPU_LM_TORCHAO):
+        if ref is None or hot is None:
+            break
+        gap, peer_gap = hot["delta_vs_ref"], peer["delta_vs_ref"]
+        out.append({"target": f"lm_gpu: hot's gap to bf16 no larger than {peer['variant']}'s",
+                    "measured": f"hot {gap:+.2f}% vs {peer['variant']} {peer_gap:+.2f}%",
+                    "met": gap <= peer_gap, "miss_by": max(0.0, gap - peer_gap)})  # fmt: skip
     return out
 
 
@@ -1281,8 +1379,19 @@ def markdown_gpu_lm(
     def opt(v: float | None, fmt: str) -> str:
         return "–" if v is None else format(v, fmt)
 
+    llama = s.get("arch") == "llama"
+    if llama:
+        title = "# A ~125M Llama on bytes: HOT vs bf16 vs torchao float8 (issue 16)"
+        model = (f"HF `LlamaForCausalLM` over bytes (vocabulary 256), {params:,} parameters "
+                 f"(hidden {s['dim']}, {s['depth']} layers, {s['heads']} heads, MLP "
+                 f"{s['mlp']}, context {s['ctx']}, SDPA attention, untied head)")  # fmt: skip
+    else:
+        title = "# Scaled-up byte LM: HOT vs bf16 (issue 5)"
+        model = (f"byte-level decoder, {params:,} parameters (dim {s['dim']}, {s['depth']} "
+                 f"blocks `hotcompile.demo.Block(causal=True)`, {s['heads']} heads, context "
+                 f"{s['ctx']})")  # fmt: skip
     lines = [
-        "# Scaled-up byte LM: HOT vs bf16 (issue 5)",
+        title,
         "",
         "Generated by `tools/accuracy.py --gpu-lm`; do not edit by hand.",
         "",
@@ -1290,9 +1399,9 @@ def markdown_gpu_lm(
         f"{env['compiler']}",
         f"- date: {env['date']}; command: `{env['command']}`"
         + (f" (merged with earlier runs of the same sizes: {', '.join(merged)})" if merged else ""),
-        f"- model: byte-level decoder, {params:,} parameters (dim {s['dim']}, "
-        f"{s['depth']} blocks `hotcompile.demo.Block(causal=True)`, {s['heads']} heads, "
-        f"context {s['ctx']}), every variant under bf16 autocast",
+        f"- model: {model}, every variant under bf16 autocast; HOT variants with "
+        '`prefer="paper"` (HOT on every eligible layer: the numerics, not the speed gate); '
+        "torchao variants convert every block linear (not the head) and compile with inductor",
         f"- training: {s['steps']} steps × {s['batch']} × {s['ctx']} bytes = "
         f"{s['tokens']:,} bytes of the stdlib's library code; AdamW (0.9, 0.95), lr "
         f"{s['lr']:g}, {s['warmup']} warm-up steps, cosine to {s['min_lr_ratio']:g}×, weight "
@@ -1324,7 +1433,8 @@ def markdown_gpu_lm(
             lines.append(f"| {t['target']} | {t['measured']} | "
                          f"{'yes' if t['met'] else 'no' + miss} |")  # fmt: skip
     if skipped:
-        lines += ["", f"Not run (the `--deadline` would have been passed): {', '.join(skipped)}."]
+        lines += ["", f"Not run (deadline: the `--deadline` would have been passed): "
+                  f"{', '.join(skipped)}."]  # fmt: skip
     lines += ["", f"Curves: `{GPU_LM_STEM}_curves.png` (validation loss vs step)."]
     return "\n".join(lines) + "\n"
 
@@ -1452,8 +1562,13 @@ def run_gpu_lm(
     for variant, seed in todo:
         elapsed = time.perf_counter() - t0
         estimate = max((r.seconds for r in results), default=0.0)
+        if variant in GPU_LM_TORCHAO and importlib.util.find_spec("torchao") is None:
+            skipped.append(f"{variant}/seed {seed} (torchao not installed)")
+            bar.write(f"skip {variant} seed {seed}: torchao is not installed")
+            bar.update(s.steps)
+            continue
         if deadline and results and elapsed + estimate > deadline:
-            skipped.append(f"{variant}/seed {seed}")
+            skipped.append(f"{variant}/seed {seed} (deadline)")
             bar.write(f"skip {variant} seed {seed}: {elapsed:.0f} s + ~{estimate:.0f} s "
                       f"would pass the {deadline:.0f} s deadline")  # fmt: skip
             bar.update(s.steps)
@@ -1501,7 +1616,10 @@ def merge_gpu_lm(paths: Sequence[pathlib.Path], out: pathlib.Path) -> int:
 
 def main_gpu_lm(args: argparse.Namespace) -> int:
     """``--gpu-lm``: the scaled-up LM, HOT vs bf16; prints the table and the total wall time."""
-    s = gpu_lm_quick_settings() if args.quick else GpuLMSettings()
+    if args.arch == "llama":
+        s = gpu_lm_llama_settings(args.quick)
+    else:
+        s = gpu_lm_quick_settings() if args.quick else GpuLMSettings()
     if args.lm_steps is not None:
         s.steps = args.lm_steps
         s.warmup = min(s.warmup, max(1, s.steps // 10))
@@ -1514,9 +1632,11 @@ def main_gpu_lm(args: argparse.Namespace) -> int:
         print("warning: the full-size GPU LM on a CPU takes hours; use --quick", file=sys.stderr)
     seeds = list(range(args.first_seed, args.first_seed + (args.seeds or 1)))
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
-    variants = args.variants or list(GPU_LM_DEFAULT)
+    if args.arch == "llama" and args.out is None:
+        out = out / "accuracy_gpu_llama"  # its own result set: never merged with the byte LM's
+    variants = args.variants or list(GPU_LM_DEFAULT_BY_ARCH[args.arch])
     with torch.device("meta"):
-        params = sum(p.numel() for p in ByteLM(s.dim, s.depth, s.heads, s.ctx).parameters())
+        params = sum(p.numel() for p in build_gpu_lm(s).parameters())
     print(
         f"gpu-lm on {gpu_lm_device_name(device)}: {params / 1e6:.1f} M parameters, "
         f"{s.steps} steps x {s.batch} x {s.ctx} = {s.tokens / 1e6:.2f} M bytes per run; "
@@ -1583,10 +1703,17 @@ in the JSON are no speed claims.
     accuracy_gpu_lm.md / .json (rows[]: variant, val_loss mean/std/seeds, params, tokens,
     wall s, tokens/s) / _curves.png (val loss vs step, and the gap to bf16 in %).
   --quick shrinks it to a seconds-long CPU smoke test (aot_eager, CPU bf16 autocast).
+  --arch llama (issue 16): a ~127 M HF LlamaForCausalLM over bytes (hidden 768, 12 layers,
+  MLP 3584, context 1024), 1,500 steps x 8 x 1024 bytes, lr 6e-4; default variants bf16, hot
+  and torchao_fp8 (torchao's float8 training, tensorwise; torchao_fp8_rowwise: rowwise; the
+  head stays bf16; skipped, and said so, where torchao is not installed). Its own result set:
+  OUT/accuracy_gpu_llama/ (same files). HOT variants run with prefer="paper" (every layer).
 
   python3 tools/accuracy.py --gpu-lm --out "$OUT"               # on the GPU machine
   python3 tools/accuracy.py --gpu-lm --variants hot_exact_gw --out "$OUT"   # add a variant
   python3 tools/accuracy.py --gpu-lm --quick --device cpu       # CPU smoke test
+  python3 tools/accuracy.py --gpu-lm --arch llama --out "$OUT"   # issue 16's ~127 M Llama run
+  python3 tools/accuracy.py --gpu-lm --arch llama --quick --device cpu --variants bf16 hot
 """
 
 
@@ -1641,6 +1768,11 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {' '.join(GPU_LM_DEFAULT)}); without --gpu-lm: run only these variants "
         f"of the cnn/vit/lm tasks (any of {', '.join(VARIANTS)})",
     )
+    g.add_argument("--arch", choices=("byte", "llama"), default="byte",
+                   help="GPU-LM model: byte (the 32 M ByteLM, default) or llama (issue 16's "
+                        "~127 M HF LlamaForCausalLM, 1,500 steps of 8 x 1024 bytes; default "
+                        "variants bf16 hot torchao_fp8; results in "
+                        "OUT/accuracy_gpu_llama/)")  # fmt: skip
     g.add_argument("--device", help="GPU-LM device (default: cuda if available, else cpu)")
     g.add_argument("--lm-batch", type=int, help="GPU-LM windows per step (default 32)")
     g.add_argument("--deadline", type=float, default=360.0,

@@ -59,6 +59,7 @@ ends, so that a log shows where the run is.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import importlib.util
@@ -259,12 +260,15 @@ def hot_options(variant: str, compiler: str, extra: dict[str, Any] | None) -> di
     return opts
 
 
-def convert_float8(model: nn.Module, classifier: tuple[str, ...], emulate: bool) -> dict:
+def convert_float8(
+    model: nn.Module, classifier: tuple[str, ...], emulate: bool, recipe: str = "tensorwise"
+) -> dict:
     """``torchao.float8.convert_to_float8_training`` on ``model``, in place, with the default
-    (tensorwise) ``Float8LinearConfig``; ``emulate`` (no CUDA: the CPU smoke test) emulates
-    the FP8 GEMMs. A ``module_filter_fn`` keeps out the linears torchao cannot or should not
-    convert (in/out features not divisible by 16, the final classifier / LM head). Returns
-    which were converted and which were not, and why."""
+    (tensorwise) ``Float8LinearConfig`` or another of torchao's named recipes (``"rowwise"``:
+    ``Float8LinearConfig.from_recipe_name``); ``emulate`` (no CUDA: the CPU smoke test)
+    emulates the FP8 GEMMs. A ``module_filter_fn`` keeps out the linears torchao cannot or
+    should not convert (in/out features not divisible by 16, the final classifier / LM head).
+    Returns which were converted and which were not, and why."""
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ModuleNotFoundError as e:
@@ -286,7 +290,10 @@ def convert_float8(model: nn.Module, classifier: tuple[str, ...], emulate: bool)
         converted.append(fqn)
         return True
 
-    config = Float8LinearConfig(emulate=emulate)
+    if recipe == "tensorwise":
+        config = Float8LinearConfig(emulate=emulate)
+    else:
+        config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
     convert_to_float8_training(model, module_filter_fn=keep, config=config)
     untouched: dict[str, int] = {}
     for m in model.modules():
@@ -294,7 +301,9 @@ def convert_float8(model: nn.Module, classifier: tuple[str, ...], emulate: bool)
         if kind in ("Conv1D", "Conv2d"):  # transformers' Conv1D: GPT-2's linears
             untouched[kind] = untouched.get(kind, 0) + 1
     return {
-        "recipe": "tensorwise (Float8LinearConfig() defaults)",
+        "recipe": "tensorwise (Float8LinearConfig() defaults)"
+        if recipe == "tensorwise"
+        else f"{recipe} (Float8LinearConfig.from_recipe_name({recipe!r}))",
         "emulate": emulate,
         "converted": converted,
         "n_converted": len(converted),
