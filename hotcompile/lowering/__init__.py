@@ -10,6 +10,8 @@ kernels behind a Python dispatcher in ``hotcompile.kernels``) or this package:
 - :mod:`hotcompile.lowering.triton_ops` — those ``triton_op`` registrations (CUDA + Triton);
 - :mod:`hotcompile.lowering.gate` — the per-layer choice between HOT and the exact bf16
   backward: HOT only where it is faster on this GPU (measured per shape, cached).
+- :mod:`hotcompile.lowering.ttir_cache` — compile time: the TTIR torch builds to analyse each
+  launch of HOT's kernels, generated once per argument signature instead of per launch.
 
 Nothing here initialises CUDA at import.
 """

@@ -23,9 +23,12 @@ from torch.library import triton_op, wrap_triton
 from hotcompile.hadamard import padded
 from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
 from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
+from hotcompile.lowering import ttir_cache
 from hotcompile.quant import FP8_E4M3
 
 LIB = "hotcompile_lowering"
+# compile time: torch re-generates a launched kernel's TTIR at every trace and lowering of it
+ttir_cache.install((_hq_quant_kernel, _hla_quant_kernel))
 
 
 def _code_dtype(fp8: bool) -> torch.dtype:

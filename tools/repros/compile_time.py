@@ -8,6 +8,8 @@ caches, and prints Dynamo's per-phase compile times (``torch._dynamo.utils.compi
 that the scaling with the number of HOT layers and the phase that grows are visible.
 
     python tools/repros/compile_time.py --layers 2 6 12 --out $OUT/compile_time.md
+    # HOT with and without hotcompile.lowering.ttir_cache (each launch's TTIR built anew)
+    python tools/repros/compile_time.py --layers 6 --backends hot hot_no_ttir_cache
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def _child(backend: str, layers: int, options: dict) -> dict:
                         attn_pdrop=0.0, attn_implementation="sdpa")  # fmt: skip
     model = tf.GPT2LMHeadModel(cfg).to(dev)
     ids = torch.randint(0, cfg.vocab_size, (2, 128), device=dev)
-    if backend == "hot":
+    if backend.startswith("hot"):  # hot_no_ttir_cache: the parent set HOTCOMPILE_TTIR_CACHE=0
         import hotcompile
 
         be = hotcompile.HotBackend(**options)
@@ -50,11 +52,14 @@ def _child(backend: str, layers: int, options: dict) -> dict:
     if dev == "cuda":
         torch.cuda.synchronize()
     total = time.perf_counter() - t0
-    hot = None
-    if backend == "hot":
+    hot, ttir = None, None
+    if backend.startswith("hot"):
         hot = sum(p.path != "skipped" for p in be.layers)
+        from hotcompile.lowering import ttir_cache
+
+        ttir = dict(ttir_cache.STATS)
     return {
-        "backend": backend, "layers": layers, "options": options, "hot_layers": hot,
+        "backend": backend, "layers": layers, "options": options, "hot_layers": hot, "ttir": ttir,
         "first_step_s": total, "forward_s": t_fw, "backward_s": total - t_fw,
         "phases": torch._dynamo.utils.compile_times(repr="str"),
     }  # fmt: skip
@@ -64,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--layers", type=int, nargs="+", default=[2, 12])
     p.add_argument("--options", default='{"prefer": "paper"}', help="HOT options (JSON)")
+    p.add_argument("--backends", nargs="+", default=["inductor", "hot"],
+                   choices=["inductor", "hot", "hot_no_ttir_cache"],
+                   help="hot_no_ttir_cache: HOT with HOTCOMPILE_TTIR_CACHE=0")  # fmt: skip
     p.add_argument("--out", help="write the report here (markdown)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -73,10 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows, lines = [], []
     for layers in a.layers:
-        for backend in ("inductor", "hot"):
+        for backend in a.backends:
             with tempfile.TemporaryDirectory() as tmp:
                 env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{tmp}/inductor",
                        "TRITON_CACHE_DIR": f"{tmp}/triton"}  # fmt: skip
+                if backend == "hot_no_ttir_cache":
+                    env["HOTCOMPILE_TTIR_CACHE"] = "0"
                 cmd = [sys.executable, str(HERE), "--child", f"{backend}:{layers}",
                        "--options", a.options]  # fmt: skip
                 r = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -95,12 +105,15 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, "
         f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU'}",
         "", f"HOT options: {a.options}; fresh inductor/Triton caches per run.", "",
-        "| backend | blocks | HOT layers | first step (s) | forward (s) | backward (s) |",
-        "|---|---|---|---|---|---|",
+        "| backend | blocks | HOT layers | first step (s) | forward (s) | backward (s) | "
+        "TTIR of HOT's kernels: generated / from the cache |",
+        "|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     head += [
         f"| {r['backend']} | {r['layers']} | {r['hot_layers'] or '-'}"
-        f" | {r['first_step_s']:.1f} | {r['forward_s']:.1f} | {r['backward_s']:.1f} |"
+        f" | {r['first_step_s']:.1f} | {r['forward_s']:.1f} | {r['backward_s']:.1f} | "
+        + (f"{r['ttir']['misses']} / {r['ttir']['hits']}" if r.get("ttir") else "-")
+        + " |"
         for r in rows
     ]
     text = "\n".join(head + ["", "## Dynamo's compile phases", ""] + lines)
