@@ -369,22 +369,13 @@ def launch_hla_quantize(
     block_b: int = BLOCK_B,
     block_d: int = BLOCK_D,
     num_warps: int = 4,
-    amax_given: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Allocate the outputs and launch ``_hla_quant_kernel`` twice (max-abs, then codes):
     the one copy of the launch arithmetic, shared by :func:`hla_quantize` (the ops path:
     ``kernel`` the jitted function, ``words`` a scratch allocation) and the ``triton_op`` of
     ``hotcompile.lowering.triton_ops`` (``kernel`` wrapped by ``wrap_triton``, ``words`` a
     ``torch.zeros`` that inductor owns). ``x``: ``[N, S, D]`` with unit last stride;
-    ``signs``: flat ``[N·S]`` or None; ``words``: zeroed int32, 3 with ``sawb`` else 1.
-
-    ``amax_given`` (no HLA transform, no SAWB): ``words[0]`` already holds the float32 bits
-    of ``max |x|`` — what the max-abs launch would compute, since without a transform the
-    kept values are x's own (signs do not change |x|) — and only the codes launch runs: one
-    pass over x instead of two. The native lowering computes that max-abs in ATen, where
-    inductor can fuse it into the kernel that produces x."""
-    if amax_given and (len(rows) > 0 or sawb):
-        raise ValueError("a given max-abs needs rows=() (no transform) and no SAWB scale")
+    ``signs``: flat ``[N·S]`` or None; ``words``: zeroed int32, 3 with ``sawb`` else 1."""
     fp8 = rounding == FP8_E4M3
     N, S, D = x.shape
     nb, H, W, nbw = hla_rows_count(S, grid_w)
@@ -424,8 +415,7 @@ def launch_hla_quantize(
         BLOCK_D=block_d,
         num_warps=num_warps,
     )
-    if not amax_given:
-        kernel[grid](*args, MODE=1, **common)
+    kernel[grid](*args, MODE=1, **common)
     kernel[grid](*args, MODE=2, **common)
     return codes, scale
 

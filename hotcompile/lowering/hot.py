@@ -116,12 +116,8 @@ def hla_codes(
             (1,), dtype=torch.float32
         )
     if use_triton(x3):
-        # without a transform the kept values are x3's own: its max-abs in ATen, which
-        # inductor can fuse into the kernel that produces x3 (g_y's producer in the backward,
-        # x's in the forward), so the kernel reads x3 once instead of twice
-        amax = None if rows else _plain(x3).abs().amax().to(torch.float32).reshape(1)
         return _triton_ops().hla_quantize(
-            _plain(x3), grid_w, list(rows), bits, rounding, False, False, _plain(signs), amax
+            _plain(x3), grid_w, list(rows), bits, rounding, False, False, _plain(signs)
         )
     q, s = quantize(hla_operand(signed(x3, signs), grid_w, rows), bits, False, rounding, "maxabs")
     return q.t().contiguous(), s  # [D, R] row-major, as the kernel writes it

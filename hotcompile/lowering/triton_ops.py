@@ -64,7 +64,6 @@ def hla_quantize(
     sawb: bool,
     fp8_codes: bool,
     signs: Optional[torch.Tensor] = None,  # noqa: UP045 (schema inference)
-    amax: Optional[torch.Tensor] = None,  # noqa: UP045
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize(hla_transform(signed(x, signs), grid_w, rows), bits, False, rounding)`` for
     ``x [N, S, D]``, per tensor: codes written K-major as ``[D, R]`` (what the weight-gradient
@@ -73,20 +72,14 @@ def hla_quantize(
     With ``rows = range(16)`` over a weight ``W[None]`` this is HQ's weight quantizer along O
     (``sawb``: the SAWB scale, 4-bit). ``rounding=FP8_E4M3`` gives e4m3 codes with the
     max-abs/448 scale (``gw_format="fp8"``); ``fp8_codes`` stores INT-grid codes as e4m3.
-
-    ``amax`` (float32 ``[1]``, only with ``rows=[]`` and no SAWB): ``max |x|`` computed by the
-    caller, so the kernel skips its max-abs pass (see ``launch_hla_quantize``).
     """
     if x.stride(-1) != 1:
         x = x.contiguous()
     N, S, D = x.shape
     fp8 = rounding == FP8_E4M3
-    if amax is not None:
-        words = amax.to(torch.float32).reshape(1).contiguous().view(torch.int32)
-    else:
-        words = torch.zeros((3 if sawb else 1,), dtype=torch.int32, device=x.device)
+    words = torch.zeros((3 if sawb else 1,), dtype=torch.int32, device=x.device)
     flat = signs.reshape(N * S) if signs is not None else None
     return launch_hla_quantize(
         wrap_triton(_hla_quant_kernel), x, grid_w, rows, bits, rounding, True, sawb,
-        _code_dtype(fp8 or fp8_codes), flat, words, 0, amax_given=amax is not None,
+        _code_dtype(fp8 or fp8_codes), flat, words, 0,
     )  # fmt: skip
