@@ -12,6 +12,7 @@ import hotcompile.ops_cuda  # noqa: F401  (the lazy CUDA registration of the ops
 from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear
 from hotcompile.backend import HotBackend, calibrate, clear_plans, hot_backend, plans
 from hotcompile.config import HotConfig, HotConfigError
+from hotcompile.eager import eager_frames
 from hotcompile.graphdiff import diff
 from hotcompile.lqs import Plan, PlanEntry
 from hotcompile.memory import saved_activation_bytes, saved_tensors
@@ -30,6 +31,7 @@ __all__ = [
     "calibrate",
     "clear_plans",
     "diff",
+    "eager_frames",
     "hot_backend",
     "hot_conv2d",
     "hot_linear",

@@ -27,8 +27,9 @@ from typing import Any
 
 import torch
 
-from hotcompile import lqs
+from hotcompile import eager, lqs
 from hotcompile.config import HotConfig
+from hotcompile.eager import EagerFrame, eager_frames  # noqa: F401  (public: re-exported)
 from hotcompile.lqs import QUANTIZERS, Plan, PlanEntry
 from hotcompile.passes import LayerPlan, pin_kernel_layouts, rewrite, tag_abc_recompute
 
@@ -227,6 +228,10 @@ class HotBackend:
         from hotcompile.kernels import dispatch
 
         dispatch.set_preference(self.config.kernels)
+        try:
+            eager.note_eager_callers()
+        except Exception:  # noqa: BLE001 - a diagnostic must never fail a compile
+            log.debug("hotcompile: looking for eager callers failed", exc_info=True)
         layers = rewrite(gm, self.config, example_inputs, probe_hla=self.probe_hla)
         _counter["graphs"] += 1
         record = CompileRecord(_counter["graphs"], self.config, layers, len(example_inputs))
@@ -355,5 +360,6 @@ def plans() -> list[LayerPlan]:
 
 
 def clear_plans() -> None:
-    """Forget the recorded plans (``torch._dynamo.reset()`` does not)."""
+    """Forget the recorded plans and eager frames (``torch._dynamo.reset()`` does not)."""
     RECORDS.clear()
+    eager.EAGER_FRAMES.clear()

@@ -16,7 +16,8 @@ compiled as several graphs:
   The marks are carried by that identity, exactly: a piece's layer is text iff it is in the
   unsplit graph.
 - **Separate frames** (graph breaks, FSDP2 — whose hooks are ``torch._dynamo.disable``d, so
-  every ``fully_shard`` module is its own frame and the embedding may run eagerly — or blocks
+  every ``fully_shard`` module is its own frame, and a frame that calls them in a loop runs
+  eagerly as a whole (``hotcompile.eager_frames``), embedding included — or blocks
   compiled one by one). A later graph's float inputs are real tensors at compile time, with
   their autograd history: a graph input is text when that history contains an embedding lookup
   of token ids (an eager ``EmbeddingBackward0`` whose saved indices are not position ids — rows

@@ -45,7 +45,11 @@ BUCKET_BYTES = 40_000
 
 
 def build(kind: str, ckpt: bool):
-    """The tiny text (HF Llama) or image (conv patch embedding + 2 ViT blocks) model."""
+    """The tiny text (HF Llama) or image (conv patch embedding + 2 ViT blocks) model.
+
+    ``image``: timm's layout, the blocks in an ``nn.Sequential`` called once (``x =
+    self.blocks(x)``); ``imageloop``: a ``ModuleList`` the root's forward loops over. The same
+    parameters either way; under FSDP2 they compile differently (:data:`SLOW`'s comment)."""
     import torch
 
     torch.manual_seed(0)
@@ -62,7 +66,7 @@ def build(kind: str, ckpt: bool):
         if ckpt:
             model.gradient_checkpointing_enable({"use_reentrant": False})
         return model
-    return TinyViT(ckpt)
+    return TinyViT(ckpt, loop=kind == "imageloop")
 
 
 def blocks_of(model) -> list:
@@ -101,24 +105,29 @@ def _vit_classes():
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
     class ViT(nn.Module):
-        def __init__(self, ckpt: bool) -> None:
+        def __init__(self, ckpt: bool, loop: bool) -> None:
             super().__init__()
             self.patch = nn.Conv2d(3, 64, 4, stride=4)
             self.pos = nn.Parameter(torch.randn(1, 16, 64) * 0.02)
-            self.blocks = nn.ModuleList(Block(ckpt) for _ in range(2))
+            blocks = [Block(ckpt) for _ in range(2)]
+            self.blocks = nn.ModuleList(blocks) if loop else nn.Sequential(*blocks)
             self.norm, self.head = nn.LayerNorm(64), nn.Linear(64, 16)
+            self.loop = loop
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
-            for blk in self.blocks:
-                x = blk(x)
+            if self.loop:  # under FSDP2 Dynamo skips this whole frame (a break in a loop)
+                for blk in self.blocks:
+                    x = blk(x)
+            else:  # timm: the loop runs in nn.Sequential's frame, which has no layers
+                x = self.blocks(x)
             return self.head(self.norm(x).mean(1))
 
     return ViT
 
 
-def TinyViT(ckpt: bool):  # noqa: N802 - a class factory (the classes need torch, imported late)
-    return _vit_classes()(ckpt)
+def TinyViT(ckpt: bool, loop: bool = False):  # noqa: N802 - a class factory (torch imported late)
+    return _vit_classes()(ckpt, loop)
 
 
 def batch(kind: str, n: int):
@@ -187,6 +196,10 @@ def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
 
     kind, wrapper, *flags = case.split("-")
     ckpt, bf16 = "ckpt" in flags, "bf16" in flags
+    # the root frame that loops over FSDP2 blocks runs eagerly: its patch embedding and head
+    # keep autograd's backward, so the references compile the blocks alone, as FSDP2 does
+    blocks_only = kind == "imageloop" and wrapper == "fsdp2"
+    compile_kw: dict[str, Any] = dict(backend="hot", options=OPTIONS, dynamic=False)
     base = build(kind, ckpt)
     names = [n for n, _ in base.named_parameters()]
     x, y = batch(kind, 2 * world)
@@ -198,9 +211,14 @@ def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
         hotcompile.clear_plans()
         family.clear()
 
-    def single(xb, yb, backend: bool, model=None):
+    def single(xb, yb, backend: bool, model=None, whole: bool = not blocks_only):
         m = model or copy.deepcopy(base)
-        fn = torch.compile(m, backend="hot", options=OPTIONS, dynamic=False) if backend else m
+        fn = m
+        if backend and whole:
+            fn = torch.compile(m, **compile_kw)
+        elif backend:
+            for blk in blocks_of(m):
+                blk.compile(**compile_kw)
         loss_of(fn(xb), yb).backward()
         return m
 
@@ -217,6 +235,11 @@ def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
     ref = _grads(single(x, y, True), names)
     ref_plan = _plan(hotcompile.plans())
     exact = _grads(single(x, y, False), names)
+    full_plan = ref_plan
+    if blocks_only:  # what one process compiles of the whole model
+        fresh()
+        single(x, y, True, whole=True)
+        full_plan = _plan(hotcompile.plans())
 
     # distributed
     fresh()
@@ -227,7 +250,6 @@ def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
         # DDPOptimizer's first bucket must not exceed the others': the tiny model then splits
         torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = BUCKET_BYTES
         cap = BUCKET_BYTES / 2**20
-        compile_kw: dict[str, Any] = dict(backend="hot", options=OPTIONS, dynamic=False)
         if wrapper == "ddpc":  # compile(DDP(model))
             run = torch.compile(DDP(model, bucket_cap_mb=cap), **compile_kw)
         else:  # DDP(compile(model))
@@ -241,7 +263,7 @@ def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
         for blk in blocks_of(model):
             fully_shard(blk, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
-        run = torch.compile(model, backend="hot", options=OPTIONS, dynamic=False)
+        run = torch.compile(model, **compile_kw)  # the README's pattern, either layout
     loss_of(run(local[0]), local[1]).backward()
     got = _grads(model, names)
     plan = _plan(hotcompile.plans())
@@ -259,6 +281,8 @@ def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
         "rel_halves_x2": _rel({n: 2 * g for n, g in got.items()}, halves),
         "plan": plan,
         "ref_plan": ref_plan,
+        "full_plan": full_plan,
+        "eager": [[f.function, list(f.layers)] for f in hotcompile.eager_frames()],
         "families": [dataclass_dict(r) for r in family.records()],
         "finite": bool(torch.isfinite(flat).all()),
     }
@@ -337,6 +361,14 @@ def check(res: dict[str, Any]) -> None:
     assert res["rel_dist_exact"] < max(2.0 * res["rel_hot_exact"], 0.05), res
     # the plan: every layer of the single-process plan, with the same treatment
     assert res["plan"] == res["ref_plan"], (case, res["plan"], res["ref_plan"])
+    # layers that did not reach the backend: none, except the loop layout's root layers under
+    # FSDP2, which the backend names (a warning) when it compiles the blocks that frame calls
+    lost = sorted({n for n, *_ in res["full_plan"]} - {n for n, *_ in res["plan"]})
+    named = sorted(n for _, layers in res["eager"] for n in layers)
+    assert named == lost, (case, res["eager"], lost)
+    if case.startswith("imageloop-fsdp2"):
+        assert lost == ["head", "patch"], lost
+        assert [f for f, layers in res["eager"] if layers] == ["FSDPViT.forward"], res["eager"]
     text = case.startswith("text")
     assert all(path == "hot" and signs is text for _, path, signs in res["plan"]), res["plan"]
     # graphs without layers (HF's mask, the rotary table) may say image: the plan is what counts
@@ -348,10 +380,17 @@ def check(res: dict[str, Any]) -> None:
             assert any(f["source"] == "pieces" for f in fams), fams
 
 
-DEFAULT = ["text-ddpc", "text-ddp", "text-fsdp2-ckpt"]
-#: not here: the image model under FSDP2 (with or without checkpointing): on torch 2.13 only its
-#: patch embedding reached the backend, the sharded blocks ran eagerly (not resolved yet)
-SLOW = ["text-ddpc-ckpt", "text-fsdp2", "image-ddpc", "image-ddp-ckpt"]
+DEFAULT = ["text-ddpc", "text-ddp", "text-fsdp2-ckpt", "image-fsdp2"]
+#: ``imageloop-fsdp2``: the README's FSDP2 pattern on a root whose forward loops over the
+#: sharded blocks. Calling a ``fully_shard`` module is a graph break (FSDP2's hooks are
+#: ``torch._dynamo.disable``d) and torch 2.13's Dynamo cannot resume one inside a loop, so it
+#: runs that whole frame eagerly: the blocks (frames of their own) are compiled with the same
+#: plan as one process, the root's patch embedding and head are not, and the backend warns
+#: naming them. timm's layout (``image``: the loop inside ``nn.Sequential``) compiles all.
+SLOW = [
+    "text-ddpc-ckpt", "text-fsdp2", "image-ddpc", "image-ddp-ckpt", "image-fsdp2-ckpt",
+    "imageloop-fsdp2",
+]  # fmt: skip
 
 
 def _run(cases: list[str], tmp_path: pathlib.Path) -> None:
@@ -360,13 +399,43 @@ def _run(cases: list[str], tmp_path: pathlib.Path) -> None:
 
 
 def test_distributed_default(tmp_path: pathlib.Path) -> None:
-    """DDP both orders (graph split by DDPOptimizer) and FSDP2 with checkpointing, text model."""
+    """DDP both orders (graph split by DDPOptimizer) and FSDP2 with checkpointing, text model;
+    FSDP2 on the image model in timm's layout (every layer, patch embedding and head too)."""
     _run(DEFAULT, tmp_path)
+
+
+@pytest.mark.parametrize("loop", [True, False], ids=["loop", "sequential"])
+def test_eager_frame_named_without_fsdp(loop: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """One process, no FSDP: a ``torch._dynamo.disable``d pre-hook on each block breaks the
+    graph as FSDP2's hooks do. Looped over in the root's forward, the root frame runs eagerly
+    and the backend names its layers (patch, head); through ``nn.Sequential`` every layer
+    reaches the backend and nothing is named."""
+    import torch
+
+    import hotcompile
+
+    model = TinyViT(False, loop=loop)
+    for blk in blocks_of(model):
+        blk.register_forward_pre_hook(torch._dynamo.disable(lambda mod, args: None))
+    x, y = batch("image", 2)
+    with caplog.at_level("WARNING", logger="hotcompile"):
+        loss_of(torch.compile(model, backend="hot", options=OPTIONS)(x), y).backward()
+    reached = {_short(p.name) for p in hotcompile.plans()}
+    frames = [(f.function, f.layers) for f in hotcompile.eager_frames()]
+    if loop:
+        assert reached == {"qkv", "proj", "fc1", "fc2"}, reached
+        assert frames == [("ViT.forward", ("patch", "head"))], frames
+        assert "inside a loop: Dynamo skips the whole frame" in caplog.text
+        assert "Its own layers patch, head get autograd's exact backward" in caplog.text
+    else:
+        assert reached == {"patch", "qkv", "proj", "fc1", "fc2", "head"}, reached
+        assert frames == [] and "eagerly" not in caplog.text, frames
 
 
 @pytest.mark.slow
 def test_distributed_more(tmp_path: pathlib.Path) -> None:
-    """Checkpointing on/off for DDP and FSDP2, and the image model under each wrapper."""
+    """Checkpointing on/off for DDP and FSDP2, the image model under each wrapper, and FSDP2 on
+    the image model whose root loops over its blocks (root layers eager, named by a warning)."""
     _run(SLOW, tmp_path)
 
 

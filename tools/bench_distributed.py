@@ -20,7 +20,12 @@ torch.compile; skipped with a message when torchao is missing).
 
 Wrappers: ddp (torch.compile(DDP(model)); --ddp-order compiled-ddp: DDP(torch.compile(model)))
 with bf16 autocast; fsdp2 (fully_shard per transformer block, then the root, with
-MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); --fp32-params on the CPU).
+MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); --fp32-params on the CPU), then
+torch.compile of the root. Every fully_shard module call is a graph break, and Dynamo runs a
+frame that loops over such calls eagerly: timm's ViT calls its blocks through nn.Sequential
+(x = self.blocks(x)) and HF's Llama loops in LlamaModel, which has no layer of its own, so
+every layer reaches the backend; a hot record's eager_layers lists any that did not
+(hotcompile.eager_frames()).
 
 Measured: median step time over the timed steps (after --warmup steps that compile), per-rank
 peak GPU memory (torch.cuda.max_memory_allocated over the timed steps), the loss of every step
@@ -137,6 +142,10 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
     per_rank = args.batch or (spec.quick_batch if args.smoke else spec.default_batch)
     rec: dict[str, Any] = {"model": name, "variant": variant, "wrapper": args.wrapper}
     rec.update(world=world, batch_per_rank=per_rank, steps=args.steps, warmup=args.warmup)
+    if variant == "hot":  # this run's plans only (the process keeps every compiled graph's)
+        import hotcompile
+
+        hotcompile.clear_plans()
     try:
         run, model, info = build(args, name, variant, device)
     except VariantSkipped as e:
@@ -183,6 +192,10 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
         plans = hotcompile.plans()
         rec["hot_layers"] = sum(p.path != "skipped" for p in plans)
         rec["layers"] = len(plans)
+        rec["hot_layer_names"] = sorted({p.name for p in plans if p.path != "skipped"})
+        # layers a frame that Dynamo ran eagerly calls itself: never seen by the backend
+        eager = hotcompile.eager_frames()
+        rec["eager_layers"] = [f"{f.function}: {layer}" for f in eager for layer in f.layers]
     return rec
 
 
@@ -251,6 +264,8 @@ def markdown(res: dict[str, Any]) -> str:
         peaks = [p for p in r["peak_gib"] if p is not None]
         loss = r["losses"]
         hot = f"{r['hot_layers']} of {r['layers']}" if "hot_layers" in r else "-"
+        if r.get("eager_layers"):
+            hot += f" (eager, no HOT: {', '.join(r['eager_layers'])})"
         scaling = r.get("scaling")
         step = r["step_ms"]
         lines.append(
