@@ -1439,7 +1439,9 @@ def markdown_gpu_lm(
     return "\n".join(lines) + "\n"
 
 
-def plot_gpu_lm(results: Sequence[RunOutput], path: pathlib.Path) -> bool:
+def plot_gpu_lm(
+    results: Sequence[RunOutput], path: pathlib.Path, title: str = "byte LM on GPU"
+) -> bool:
     """Validation loss vs step per variant (mean over seeds), and its gap to bf16 in %.
 
     Returns False (and writes nothing) where matplotlib is missing: the table and JSON are
@@ -1468,7 +1470,7 @@ def plot_gpu_lm(results: Sequence[RunOutput], path: pathlib.Path) -> bool:
             n = min(len(curve), len(ref[1]))
             rel = [100 * (curve[i] / ref[1][i] - 1) for i in range(1, n)]
             gap.plot(steps[1:n], rel, **style)
-    ax.set(title="byte LM on GPU: validation loss", xlabel="step", ylabel="val loss (nats/byte)")
+    ax.set(title=f"{title}: validation loss", xlabel="step", ylabel="val loss (nats/byte)")
     gap.axhline(2.0, color="gray", ls="--", lw=0.8, label="2% target")
     gap.axhline(0.0, color="black", lw=0.6)
     gap.set(title="gap to bf16", xlabel="step", ylabel="val loss vs bf16 (%)")
@@ -1493,7 +1495,9 @@ def write_gpu_lm(
     doc = {"environment": env, "rows": rows, "targets": targets, "skipped": list(skipped),
            "runs": _runs_json(results)}  # fmt: skip
     (out / f"{GPU_LM_STEM}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    plot_gpu_lm(results, out / f"{GPU_LM_STEM}_curves.png")
+    llama = env.get("settings", {}).get("arch") == "llama"
+    title = "~127M HF Llama on bytes (GPU)" if llama else "byte LM on GPU"
+    plot_gpu_lm(results, out / f"{GPU_LM_STEM}_curves.png", title)
 
 
 class _Bar:
