@@ -29,7 +29,6 @@ import torch
 
 from hotcompile import eager, lqs
 from hotcompile.config import HotConfig
-from hotcompile.eager import EagerFrame, eager_frames  # noqa: F401  (public: re-exported)
 from hotcompile.lqs import QUANTIZERS, Plan, PlanEntry
 from hotcompile.passes import LayerPlan, pin_kernel_layouts, rewrite, tag_abc_recompute
 

@@ -1113,12 +1113,22 @@ def build_gpu_lm(s: GpuLMSettings) -> nn.Module:
 
 #: the LM head of each arch, kept out of torchao's float8 conversion (torchao's advice)
 GPU_LM_HEAD = {"byte": "head", "llama": "lm.lm_head"}
+#: each arch's (table title, curves title)
+GPU_LM_TITLES = {
+    "byte": ("Scaled-up byte LM: HOT vs bf16 (issue 5)", "byte LM on GPU"),
+    "llama": (
+        "A ~125M Llama on bytes: HOT vs bf16 vs torchao float8 (issue 16)",
+        "~127M HF Llama on bytes (GPU)",
+    ),
+}
+TOOLS = pathlib.Path(__file__).resolve().parent
 
 
 def convert_torchao(model: nn.Module, variant: str, s: GpuLMSettings, device: torch.device):
     """torchao's float8 training on ``model`` in place (``bench_train.convert_float8``: one
     conversion for the benchmark and the study); emulated FP8 GEMMs on a CPU."""
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    if str(TOOLS) not in sys.path:  # tools/ is not a package: bench_train.py beside this file
+        sys.path.insert(0, str(TOOLS))
     from bench_train import convert_float8
 
     return convert_float8(
@@ -1379,14 +1389,13 @@ def markdown_gpu_lm(
     def opt(v: float | None, fmt: str) -> str:
         return "–" if v is None else format(v, fmt)
 
-    llama = s.get("arch") == "llama"
-    if llama:
-        title = "# A ~125M Llama on bytes: HOT vs bf16 vs torchao float8 (issue 16)"
+    arch = s.get("arch", "byte")
+    title = "# " + GPU_LM_TITLES[arch][0]
+    if arch == "llama":
         model = (f"HF `LlamaForCausalLM` over bytes (vocabulary 256), {params:,} parameters "
                  f"(hidden {s['dim']}, {s['depth']} layers, {s['heads']} heads, MLP "
                  f"{s['mlp']}, context {s['ctx']}, SDPA attention, untied head)")  # fmt: skip
     else:
-        title = "# Scaled-up byte LM: HOT vs bf16 (issue 5)"
         model = (f"byte-level decoder, {params:,} parameters (dim {s['dim']}, {s['depth']} "
                  f"blocks `hotcompile.demo.Block(causal=True)`, {s['heads']} heads, context "
                  f"{s['ctx']})")  # fmt: skip
@@ -1440,7 +1449,7 @@ def markdown_gpu_lm(
 
 
 def plot_gpu_lm(
-    results: Sequence[RunOutput], path: pathlib.Path, title: str = "byte LM on GPU"
+    results: Sequence[RunOutput], path: pathlib.Path, title: str = GPU_LM_TITLES["byte"][1]
 ) -> bool:
     """Validation loss vs step per variant (mean over seeds), and its gap to bf16 in %.
 
@@ -1495,8 +1504,7 @@ def write_gpu_lm(
     doc = {"environment": env, "rows": rows, "targets": targets, "skipped": list(skipped),
            "runs": _runs_json(results)}  # fmt: skip
     (out / f"{GPU_LM_STEM}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    llama = env.get("settings", {}).get("arch") == "llama"
-    title = "~127M HF Llama on bytes (GPU)" if llama else "byte LM on GPU"
+    title = GPU_LM_TITLES[env.get("settings", {}).get("arch", "byte")][1]
     plot_gpu_lm(results, out / f"{GPU_LM_STEM}_curves.png", title)
 
 

@@ -292,8 +292,10 @@ def convert_float8(
 
     if recipe == "tensorwise":
         config = Float8LinearConfig(emulate=emulate)
+        described = "tensorwise (Float8LinearConfig() defaults)"
     else:
         config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
+        described = f"{recipe} (Float8LinearConfig.from_recipe_name({recipe!r}))"
     convert_to_float8_training(model, module_filter_fn=keep, config=config)
     untouched: dict[str, int] = {}
     for m in model.modules():
@@ -301,9 +303,7 @@ def convert_float8(
         if kind in ("Conv1D", "Conv2d"):  # transformers' Conv1D: GPT-2's linears
             untouched[kind] = untouched.get(kind, 0) + 1
     return {
-        "recipe": "tensorwise (Float8LinearConfig() defaults)"
-        if recipe == "tensorwise"
-        else f"{recipe} (Float8LinearConfig.from_recipe_name({recipe!r}))",
+        "recipe": described,
         "emulate": emulate,
         "converted": converted,
         "n_converted": len(converted),
