@@ -253,17 +253,20 @@ def _probe_hla(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, grid_w, row
         lqs.observe_hla(spec.lqs_key, gy3, x3, grid_w, tuple(rows), spec.block)
 
 
-def _input_grad(spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact."""
+def _input_grad(
+    spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor, raw_amax: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact; and, with
+    ``raw_amax`` on the native CUDA path, g_y's max-abs bits from HQ's kernel (else None)."""
     if not spec.gx_quantized:
-        return gy2 @ w2.to(gy2.dtype)
+        return gy2 @ w2.to(gy2.dtype), None
     if spec.lowering == "native":
         if gy2.shape[0] == 0:
-            return gy2.new_zeros((0, w2.shape[1]))
-        return native.grad_input(
-            gy2, w2, spec.gx_bits, spec.per_token, spec.gx_rounding, spec.weight_scale
+            return gy2.new_zeros((0, w2.shape[1])), None
+        return native.grad_input_amax(
+            gy2, w2, spec.gx_bits, spec.per_token, spec.gx_rounding, spec.weight_scale, raw_amax
         )
-    return ops.hq_grad_input(gy2, w2, *spec.hq_args)
+    return ops.hq_grad_input(gy2, w2, *spec.hq_args), None
 
 
 def _autocast_dtype(t: torch.Tensor) -> torch.dtype | None:
@@ -286,7 +289,22 @@ def _native_compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows, weight: to
     return out if signs is None else (*out, signs)
 
 
-def _native_weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows):
+def _shares_gy_amax(spec: LayerSpec, ctx) -> bool:
+    """Both gradients on the native path, HQ quantizes g_y, and the g_w operand is g_y's plain
+    rows: HQ's kernel takes g_y's max-abs for the g_w codes (one read of g_y fewer)."""
+    return (
+        spec.lowering == "native"
+        and spec.gx_quantized
+        and ctx.needs_input_grad[0]
+        and ctx.needs_input_grad[1]
+        and not spec.gw_exact
+        and spec.abc
+        and spec.gw_bits is not None
+        and native.plain_rows(ctx.grid_w, tuple(ctx.rows), bool(spec.hla_signs and ctx.rows))
+    )
+
+
+def _native_weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows, gy_amax=None):
     """HLA g_w on the native path from what :func:`_native_compress` saved."""
     if spec.gw_bits is None:
         return _weight_grad(spec, gy3, saved, grid_w, rows)
@@ -295,7 +313,7 @@ def _native_weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows)
         *saved, signs = saved
     xq, sx = saved
     return native.grad_weight(
-        gy3, xq, sx, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs
+        gy3, xq, sx, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs, gy_amax
     )
 
 
@@ -340,9 +358,10 @@ class HotLinearFunction(torch.autograd.Function):
         weight, *saved = ctx.saved_tensors
         O = gy.shape[-1]
         gy2 = gy.reshape(-1, O)
-        gx = gw = gb = None
+        gx = gw = gb = gy_amax = None
         if ctx.needs_input_grad[0]:
-            gx = _input_grad(spec, gy2, weight).reshape(ctx.x_shape).to(ctx.x_dtype)
+            gx, gy_amax = _input_grad(spec, gy2, weight, _shares_gy_amax(spec, ctx))
+            gx = gx.reshape(ctx.x_shape).to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
             if spec.gw_exact:
                 x = saved[0]
@@ -355,7 +374,7 @@ class HotLinearFunction(torch.autograd.Function):
             else:
                 gy3 = gy.reshape(ctx.x3_ns[0], ctx.x3_ns[1], O)
                 if spec.lowering == "native":
-                    gw = _native_weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
+                    gw = _native_weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows, gy_amax)
                 else:
                     gw = _weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
             gw = gw.to(weight.dtype)

@@ -205,11 +205,12 @@ def test_grad_input_matches_the_reference_op(I: int, per_token: bool) -> None:
 
 def test_codes_are_the_references() -> None:
     gy = torch.randn(20, 40)
-    q, s = hot.quantize_gy(gy, 4, True, "pseudo_stochastic", True, 16)
+    q, s, raw = hot.quantize_gy(gy, 4, True, "pseudo_stochastic", True, 16)
     rq, rs = quantize(block_hadamard(gy, 1, 16), 4, True, "pseudo_stochastic", "maxabs")
     assert q.dtype == torch.float8_e4m3fn and q.shape == (32, 48)
     assert torch.equal(q[:20].to(torch.int8), rq) and torch.equal(s[:20], rs)
     assert torch.all(q[20:].float() == 0) and torch.all(s[20:] == 0)
+    assert raw is None  # the max-abs word is a CUDA kernel's (the CPU path quantizes anew)
 
 
 def test_gate_model_orders_the_shapes_as_measured() -> None:
@@ -249,15 +250,26 @@ from hotcompile.hla import hla_transform, signed
 from hotcompile.quant import quantize
 torch.manual_seed(0)
 ok = True
+from hotcompile.hla import hla_operand
 for per_token in (True, False):
     gy = torch.randn(37, 40) * torch.logspace(-2, 1, 37)[:, None]
-    c, s = triton_ops.hq_quantize(gy, 4, per_token, "pseudo_stochastic", True, 16)
+    c, s, _ = triton_ops.hq_quantize(gy, 4, per_token, "pseudo_stochastic", True, 16)
     rc, rs = quantize(block_hadamard(gy, 1, 16), 4, per_token, "pseudo_stochastic")
     ok &= torch.equal(c[:37].float(), rc.float()) and torch.equal(s[:37] if per_token else s, rs)
-    # FP8 values (gx_format="fp8"): e4m3 of the transformed g_y, max-abs/448 scales
-    c, s = triton_ops.hq_quantize(gy, 8, per_token, "fp8_e4m3", True, 16)
+    # FP8 values (gx_format="fp8"): e4m3 of the transformed g_y, max-abs/448 scales; the
+    # same pass also takes g_y's own max-abs (raw_amax), which the g_w codes of its plain
+    # rows then use instead of a pass of their own: codes and scale still the reference's
+    c, s, raw = triton_ops.hq_quantize(gy, 8, per_token, "fp8_e4m3", True, 16, True)
     rc, rs = quantize(block_hadamard(gy, 1, 16), 8, per_token, "fp8_e4m3")
     ok &= torch.equal(c[:37].float(), rc.float()) and torch.equal(s[:37] if per_token else s, rs)
+    ok &= raw.view(torch.float32).item() == gy.abs().max().item()
+    gy3 = gy.view(1, 37, 40)
+    rc, rs = quantize(hla_operand(gy3, 0, ()), 8, False, "fp8_e4m3")
+    for amax in (None, raw):
+        c, s = triton_ops.hla_quantize(gy3, 0, [], 8, "fp8_e4m3", False, False, None, amax)
+        ok &= torch.equal(c.t()[:37].float(), rc.float()) and torch.equal(s, rs)
+        ok &= c.shape == (40, 48) and not c.t()[37:].float().any()  # rows padded to 16s
+    ok &= not triton_ops.hq_quantize(gy, 8, per_token, "fp8_e4m3", True, 16)[2].item()
 LP = [0, 2, 3, 8, 10, 11, 12, 14]
 x = torch.randn(2, 35, 24); sg = (torch.randint(0, 2, (2, 35, 1)) * 2 - 1).float()
 for rounding in ("pseudo_stochastic", "fp8_e4m3"):
@@ -265,12 +277,12 @@ for rounding in ("pseudo_stochastic", "fp8_e4m3"):
     rc, rs = quantize(hla_transform(signed(x, sg), 0, tuple(LP), 16), 8, False, rounding)
     ok &= torch.equal(c.t().float(), rc.float()) and torch.equal(s, rs)
 w = torch.randn(48, 32)
-c, s = triton_ops.hla_quantize(w[None], 0, list(range(16)), 4, "nearest", True, True)
-rc, rs = quantize(block_hadamard(w, 0, 16), 4, False, "nearest", "sawb")
 c, s = triton_ops.hla_quantize(w[None], 0, list(range(16)), 8, "fp8_e4m3", False, True)
 rc, rs = quantize(block_hadamard(w, 0, 16), 8, False, "fp8_e4m3")
 ok &= torch.equal(c.t().float(), rc.float()) and torch.equal(s, rs)
 assert ok, "codes differ from the reference"
+c, s = triton_ops.hla_quantize(w[None], 0, list(range(16)), 4, "nearest", True, True)
+rc, rs = quantize(block_hadamard(w, 0, 16), 4, False, "nearest", "sawb")
 assert torch.equal(c.t().float(), rc.float())
 assert ((s - rs).abs() / rs).item() < 1e-5  # SAWB from atomic sums: float32 rounding
 """

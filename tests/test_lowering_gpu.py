@@ -49,7 +49,7 @@ def _grads(options: dict, x: torch.Tensor, autocast: bool = False) -> dict[str, 
 def test_triton_codes_equal_the_reference(scaling: str) -> None:
     gy = torch.randn(300, 200, device="cuda") * 4
     per_token = scaling == "per_token"
-    q, s = hot.quantize_gy(gy, 4, per_token, "pseudo_stochastic", True, 16)
+    q, s, _ = hot.quantize_gy(gy, 4, per_token, "pseudo_stochastic", True, 16)
     from hotcompile.hadamard import block_hadamard
     from hotcompile.quant import quantize
 
@@ -188,14 +188,15 @@ def test_padding_keeps_gradients() -> None:
         assert r["rel"] < 2e-3, r
 
 
-def test_fp8_gx_native_equals_reference_and_beats_int4() -> None:
+@pytest.mark.parametrize("gw_format", ["int8", "fp8"])
+def test_fp8_gx_native_equals_reference_and_beats_int4(gw_format: str) -> None:
     """``gx_format="fp8"``, HLA off on CUDA (issue 16's text recipe): the native path's g_x
     (HQ Triton kernel with FP8-e4m3 codes, ``_scaled_mm``) and g_w (the HLA kernel without
     its transform) equal the reference op's (the ops lowering sends both to the pure-PyTorch
     reference) up to float32 summation order, and g_x is closer to the exact one than the
     paper's INT4 grid on the same data."""
     x = torch.randn(8, 64, 256, device="cuda")
-    common = {"gx_scaling": "per_token", "prefer": "paper", "hla": False, "gw_format": "int8"}
+    common = {"gx_scaling": "per_token", "prefer": "paper", "hla": False, "gw_format": gw_format}
     fp8 = {**common, "gx_bits": 8, "gx_format": "fp8", "rounding": "nearest"}
     exact = _grads({"exact": True}, x)
     ops = _grads({**fp8, "lowering": "ops"}, x)
@@ -216,3 +217,28 @@ def test_fp8_gx_native_equals_reference_and_beats_int4() -> None:
     assert between < 0.15 * err(ops), (between, err(ops))
     assert err(nat) < 0.06 and err(ops) < 0.06, (err(nat), err(ops))
     assert err(nat) < 0.5 * err(int4), (err(nat), err(int4))
+
+
+def test_shared_gy_amax_gives_the_weight_gradient_of_its_own_pass() -> None:
+    """The text recipe's g_w codes of g_y (plain rows, FP8, one scale per tensor) take g_y's
+    max-abs from HQ's kernel, which reads the same g_y: the word is g_y's max-abs, and the
+    weight gradient is bit for bit the one whose codes take their own max-abs pass — and the
+    CPU formulation's (the reference's arithmetic) to float32 summation order. S = 300 pads
+    each sample's rows to 16s."""
+    fp8 = "fp8_e4m3"
+    torch.manual_seed(0)
+    gy = (torch.randn(4, 300, 384) * torch.logspace(-2, 1, 300)[:, None]).cuda()
+    x, w = torch.randn(4, 300, 256).cuda(), torch.randn(384, 256).cuda()
+    gy2 = gy.reshape(-1, 384)
+    gx, raw = hot.grad_input_amax(gy2, w, 8, True, fp8, "maxabs", True)
+    assert raw is not None and raw.view(torch.float32).item() == gy.abs().max().item()
+    torch.testing.assert_close(gx, hot.grad_input(gy2, w, 8, True, fp8, "maxabs"))
+    xq, sx = hot.compress(x, 0, (), 8, fp8, None)
+    shared = hot.grad_weight(gy, xq, sx, 0, (), 8, fp8, None, raw)
+    own = hot.grad_weight(gy, xq, sx, 0, (), 8, fp8, None)
+    assert torch.equal(shared, own)
+    cpu_xq, cpu_sx = hot.compress(x.cpu(), 0, (), 8, fp8, None)
+    ref = hot.grad_weight(gy.cpu(), cpu_xq, cpu_sx, 0, (), 8, fp8, None)
+    assert ((shared.cpu() - ref).norm() / ref.norm()).item() < 1e-5
+    with pytest.raises(ValueError, match="plain rows"):
+        hot.grad_weight(gy, xq, sx, 0, (0, 2), 8, fp8, None, raw)

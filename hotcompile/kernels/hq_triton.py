@@ -60,16 +60,19 @@ def _load_ht(
     """The transformed tile ``[BLOCK_L, BLOCK_O]`` of g_y at columns ``cols``. The caller
     computes ``cols``: a store address derived from a value this function returns would make
     ``torch.library.triton_op``'s mutation analysis (which walks back from each store through
-    the call's arguments) count ``gy_ptr`` as written, and inductor would clone g_y."""
+    the call's arguments) count ``gy_ptr`` as written, and inductor would clone g_y.
+    Also returns the tile's max-abs of g_y itself (int32 bits; dropped where unused)."""
     mask = rmask[:, None] & (cols < O)[None, :]
     x = tl.load(gy_ptr + rows64[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
+    x = x.to(tl.float32)
+    raw = tl.max(tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=1), axis=0)
     R: tl.constexpr = BLOCK_L * BLOCK_O // 16
-    y = tl.reshape(x.to(tl.float32), [R, 16])
+    y = tl.reshape(x, [R, 16])
     y = _bfly(y, R, 1)
     y = _bfly(y, R, 2)
     y = _bfly(y, R, 4)
     y = _bfly(y, R, 8)
-    return tl.reshape(y, [BLOCK_L, BLOCK_O])
+    return tl.reshape(y, [BLOCK_L, BLOCK_O]), raw
 
 
 @triton.jit
@@ -92,14 +95,17 @@ def _quant_store(
 
 @triton.jit
 def _hq_quant_kernel(
-    gy_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, L, O, L_OUT, O_PAD, stride_g, stride_c,
-    seed, numel,
+    gy_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, raw_ptr, L, O, L_OUT, O_PAD, stride_g,
+    stride_c, seed, numel,
     MODE: tl.constexpr, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     NCHUNK: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr, SAWB: tl.constexpr,
+    RAW: tl.constexpr,
 ):  # fmt: skip
     """MODE 0: per-token, all in one launch. MODE 1: per-tensor max-abs (atomic, int bits);
     with SAWB also Σx² and Σ|x| (atomic fp32 adds). MODE 2: per-tensor quantize with the
-    max-abs (or SAWB scale) of MODE 1."""
+    max-abs (or SAWB scale) of MODE 1. RAW (modes 0, 1): also the max-abs of g_y itself,
+    untransformed, into ``raw_ptr`` — the per-tensor scale of the g_w path's plain FP8 codes
+    of the same g_y (text recipe), so that kernel need not read g_y a second time for it."""
     INV_Q: tl.constexpr = 1.0 / QMAX
     pid = tl.program_id(0)
     rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
@@ -110,8 +116,10 @@ def _hq_quant_kernel(
         sab = tl.zeros([BLOCK_L], dtype=tl.float32)
         if NCHUNK == 1:
             cols = tl.arange(0, BLOCK_O)
-            x = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
+            x, raw = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
             bits = _amax_bits(x)
+            if RAW:
+                tl.atomic_max(raw_ptr, raw)
             if SAWB:
                 ssq = tl.sum(x * x, axis=1)
                 sab = tl.sum(tl.abs(x), axis=1)
@@ -119,8 +127,10 @@ def _hq_quant_kernel(
             bits = tl.zeros([BLOCK_L], dtype=tl.int32)
             for c in range(NCHUNK):
                 cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
-                xc = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
+                xc, raw = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
                 bits = tl.maximum(bits, _amax_bits(xc))
+                if RAW:
+                    tl.atomic_max(raw_ptr, raw)
                 if SAWB:
                     ssq += tl.sum(xc * xc, axis=1)
                     sab += tl.sum(tl.abs(xc), axis=1)
@@ -146,7 +156,7 @@ def _hq_quant_kernel(
         if NCHUNK == 1:
             cols = tl.arange(0, BLOCK_O)
             if MODE == 2:
-                x = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
+                x, _ = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
             _quant_store(
                 x, s, codes_ptr, stride_c, rows, rows64, cols, L_OUT, O_PAD, seed,
                 ROUNDING, QMAX, PM,
@@ -154,7 +164,7 @@ def _hq_quant_kernel(
         else:
             for c in range(NCHUNK):
                 cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
-                xc = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
+                xc, _ = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
                 _quant_store(
                     xc, s, codes_ptr, stride_c, rows, rows64, cc, L_OUT, O_PAD, seed,
                     ROUNDING, QMAX, PM,
@@ -271,9 +281,11 @@ def launch_hq_quantize(
     seed: int,
     sawb: bool = False,
     block_o: int | None = None,
+    raw: torch.Tensor | None = None,
 ) -> None:
     """Launch ``_hq_quant_kernel`` into ``codes`` / ``scales``: once per token (``words`` None),
     twice per tensor (max-abs into the zeroed int32 ``words``, 3 with ``sawb``, then codes).
+    ``raw``: a zeroed int32 word that also receives g_y's own max-abs bits.
     The one copy of the launch arithmetic, shared by :func:`hq_quantize_triton` (the ops
     path) and the ``triton_op`` of ``hotcompile.lowering.triton_ops`` (``kernel`` wrapped by
     ``wrap_triton``). ``gy`` has a unit column stride; the outputs are non-empty."""
@@ -289,16 +301,18 @@ def launch_hq_quantize(
         BLOCK_L=block_l,
         BLOCK_O=bo,
         SAWB=sawb,
+        RAW=raw is not None,
         num_warps=warps,
     )
     args = (L, O, l_out, o_pad, gy.stride(0), codes.stride(0), seed, float(L * o_pad))
+    rp = raw if raw is not None else scales  # any pointer when RAW is off
     if words is None:
-        kernel[grid](gy, codes, scales, scales, scales, *args, MODE=0, **common)
+        kernel[grid](gy, codes, scales, scales, scales, rp, *args, MODE=0, **common)
     else:
         amax = words[:1]
         stats = words[1:].view(torch.float32) if sawb else scales  # SAWB's Σx², Σ|x|
-        kernel[grid](gy, codes, scales, amax, stats, *args, MODE=1, **common)
-        kernel[grid](gy, codes, scales, amax, stats, *args, MODE=2, **common)
+        kernel[grid](gy, codes, scales, amax, stats, rp, *args, MODE=1, **common)
+        kernel[grid](gy, codes, scales, amax, stats, rp, *args, MODE=2, **common)
 
 
 def quantize_weight(w: torch.Tensor, bits: int, weight_scale: str, fp8: bool):

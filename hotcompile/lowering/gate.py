@@ -66,6 +66,11 @@ class Speed:
         )
 
 
+#: part of every cached measurement's key: bumped when HOT's kernels change speed, so that a
+#: gate.json written by an older hotcompile is measured afresh (2: the plain-rows g_w kernel)
+MEASURE_VERSION = 2
+
+
 @dataclasses.dataclass(frozen=True)
 class Shape:
     """What a layer's backward costs depend on. ``L`` tokens (all leading dims), ``O`` outputs,
@@ -90,7 +95,8 @@ class Shape:
     dtype: str = "bfloat16"
 
     def key(self, device_name: str) -> str:
-        return f"{device_name}|{torch.__version__}|" + repr(dataclasses.astuple(self))
+        head = f"{device_name}|{torch.__version__}|v{MEASURE_VERSION}|"
+        return head + repr(dataclasses.astuple(self))
 
 
 # ----------------------------------------------------------------------------- model
@@ -218,18 +224,24 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
     x3 = x.view(s.N, s.S, s.I)
     signs = torch.ones((s.N, s.S, 1), device=x.device, dtype=x.dtype) if s.signs else None
 
+    # as the backward does (autograd._shares_gy_amax): HQ's kernel takes g_y's max-abs for
+    # the g_w codes of g_y's plain rows
+    share = bool(s.need_gx and s.gx_bits and s.need_gw and s.gw_bits)
+    share = share and hot.plain_rows(s.grid_w, s.rows, s.signs)
+
     def run():
-        out = []
+        out, amax = [], None
         if s.need_gx:
             if s.gx_bits:
-                out.append(hot.grad_input(gy, w, s.gx_bits, s.per_token, s.rounding,
-                                          s.weight_scale))  # fmt: skip
+                gx, amax = hot.grad_input_amax(gy, w, s.gx_bits, s.per_token, s.rounding,
+                                               s.weight_scale, share)  # fmt: skip
+                out.append(gx)
             else:
                 out.append(gy @ w.to(gy.dtype))
         if s.need_gw:
             xq, sx = hot.compress(x3, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs)
             out.append(hot.grad_weight(gy3, xq, sx, s.grid_w, s.rows, s.gw_bits,
-                                       s.gw_rounding, signs))  # fmt: skip
+                                       s.gw_rounding, signs, amax))  # fmt: skip
         return out
 
     return run

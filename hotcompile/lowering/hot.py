@@ -68,18 +68,29 @@ def _triton_ops():
 
 
 def quantize_gy(
-    gy: torch.Tensor, bits: int, per_token: bool, rounding: str, fp8: bool, pad_rows_to: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+    gy: torch.Tensor,
+    bits: int,
+    per_token: bool,
+    rounding: str,
+    fp8: bool,
+    pad_rows_to: int,
+    raw_amax: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """HQ's g_y operand: codes of ``g_y·B_O`` ``[padded(L, pad_rows_to), padded(O, 16)]``
-    (e4m3 when ``fp8``, else int8) and fp32 scales ``[L_out]`` (per token) or ``[1]``."""
+    (e4m3 when ``fp8``, else int8) and fp32 scales ``[L_out]`` (per token) or ``[1]``; third,
+    with ``raw_amax`` on CUDA, an int32 word with the max-abs bits of g_y itself (taken in the
+    same pass, for :func:`hla_codes`' ``amax``), else None."""
     if use_triton(gy):
-        return _triton_ops().hq_quantize(_plain(gy), bits, per_token, rounding, fp8, pad_rows_to)
+        q, s, raw = _triton_ops().hq_quantize(
+            _plain(gy), bits, per_token, rounding, fp8, pad_rows_to, raw_amax
+        )
+        return q, s, (raw if raw_amax else None)
     q, s = quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding, "maxabs")
     rows = padded(gy.shape[0], pad_rows_to) - gy.shape[0]
     if rows:
         q = torch.nn.functional.pad(q, (0, 0, 0, rows))
         s = torch.nn.functional.pad(s, (0, rows)) if per_token else s
-    return (q.to(torch.float8_e4m3fn) if fp8 else q), s
+    return (q.to(torch.float8_e4m3fn) if fp8 else q), s, None
 
 
 def quantize_weight(
@@ -99,6 +110,12 @@ def quantize_weight(
     return (q.to(torch.float8_e4m3fn) if fp8 else q), s
 
 
+def plain_rows(grid_w: int, rows: tuple[int, ...], signs_on: bool) -> bool:
+    """The g_w operand is x's (g_y's) plain rows in token blocks — no HLA, patches or signs —
+    so its per-tensor scale is g_y's own max-abs, which HQ's kernel can take for it."""
+    return not rows and grid_w == 0 and not signs_on
+
+
 def hla_codes(
     x3: torch.Tensor,
     grid_w: int,
@@ -106,18 +123,22 @@ def hla_codes(
     bits: int,
     rounding: str,
     signs: torch.Tensor | None,
+    amax: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """HLA's operand ``Q(T·signed(x3))`` per tensor, K-major ``[D, R]``, and its fp32 scale
     (``rows`` empty: no projection, the rows of x3 themselves; on CUDA the fused kernel writes
     them in HLA's block order with zero rows padding each sample to 16s, the same order for
-    x and g_y, so the g_w GEMM is unchanged). Empty inputs give no rows."""
+    x and g_y, so the g_w GEMM is unchanged). Empty inputs give no rows. ``amax``: x3's
+    max-abs bits from :func:`quantize_gy` (CUDA, :func:`plain_rows` only): one pass, not two."""
     if x3.numel() == 0:
         return x3.new_zeros((x3.shape[-1], 0), dtype=torch.int8), x3.new_zeros(
             (1,), dtype=torch.float32
         )
     if use_triton(x3):
+        if amax is not None and not plain_rows(grid_w, rows, signs is not None):
+            raise ValueError("a shared max-abs needs the g_w operand's plain rows")
         return _triton_ops().hla_quantize(
-            _plain(x3), grid_w, list(rows), bits, rounding, False, False, _plain(signs)
+            _plain(x3), grid_w, list(rows), bits, rounding, False, False, _plain(signs), amax
         )
     q, s = quantize(hla_operand(signed(x3, signs), grid_w, rows), bits, False, rounding, "maxabs")
     return q.t().contiguous(), s  # [D, R] row-major, as the kernel writes it
@@ -142,7 +163,21 @@ def grad_input(
     rounding: str,
     weight_scale: str,
 ) -> torch.Tensor:
-    """HQ g_x ``[L, I]`` in gy's dtype: ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``.
+    """HQ g_x ``[L, I]`` in gy's dtype (:func:`grad_input_amax` without the max-abs)."""
+    return grad_input_amax(gy2, w, bits, per_token, rounding, weight_scale)[0]
+
+
+def grad_input_amax(
+    gy2: torch.Tensor,
+    w: torch.Tensor,
+    bits: int,
+    per_token: bool,
+    rounding: str,
+    weight_scale: str,
+    raw_amax: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """HQ g_x ``[L, I]`` in gy's dtype: ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``; and with ``raw_amax``
+    on CUDA g_y's own max-abs bits, taken by the same kernel (:func:`quantize_gy`), else None.
 
     INT4 codes travel as e4m3 (exact) into ``torch._scaled_mm`` with the dequantization as its
     scales (rowwise for per-token); INT8 codes into ``torch._int_mm``; FP8 values
@@ -155,7 +190,7 @@ def grad_input(
     fp8_values = rounding == FP8_E4M3
     fp8 = (bits == 4 or fp8_values) and _fp8_ok(I) and has_fp8_gemm(gy2.device)
     pad = 16 if fp8 else 1
-    gq, sg = quantize_gy(gy2, bits, per_token, rounding, fp8 or fp8_values, pad)
+    gq, sg, raw = quantize_gy(gy2, bits, per_token, rounding, fp8 or fp8_values, pad, raw_amax)
     wq, sw = quantize_weight(w, bits, weight_scale, fp8 or fp8_values, rounding)  # [I, O_pad]
     s_w = sw / 16
     if fp8:
@@ -172,14 +207,14 @@ def grad_input(
             out = torch._scaled_mm(
                 gq, wq.t(), scale_a=sg.reshape(()), scale_b=s_w.reshape(()), out_dtype=gy2.dtype
             )
-        return out[:L]
+        return out[:L], raw
     s_row = sg[:, None] if per_token else sg
     if bits == 8 and not fp8_values and _int_mm_ok(gq.shape[0], gq.shape[1], I, gq.device):
         acc = torch._int_mm(gq, wq.t().contiguous().t()).to(torch.float32)
     else:
         dt = torch.float32 if bits == 4 or fp8_values else torch.float64
         acc = (gq.to(dt) @ wq.t().to(dt)).to(torch.float32)
-    return (acc * s_row * s_w).to(gy2.dtype)[:L]
+    return (acc * s_row * s_w).to(gy2.dtype)[:L], raw
 
 
 def grad_weight(
@@ -191,14 +226,16 @@ def grad_weight(
     bits: int,
     rounding: str,
     signs: torch.Tensor | None,
+    gy_amax: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """HLA g_w ``[O, I]`` float32 from ``gy3 [N, S, O]`` and the saved ``xq [R, I]``
     (column-major, as :func:`compress` returns it): ``s_g·s_x·(g̃qᵀ·x̃q)/16`` (no /16 without
-    HLA), times n/r with signs (the unbiasing factor of ``hla_signs``)."""
+    HLA), times n/r with signs (the unbiasing factor of ``hla_signs``). ``gy_amax``: g_y's
+    max-abs bits from :func:`grad_input_amax` (plain rows only)."""
     O, I = gy3.shape[-1], xq.shape[1]
     if gy3.numel() == 0 or xq.shape[0] == 0:  # no tokens: nothing to sum
         return gy3.new_zeros((O, I), dtype=torch.float32)
-    gqt, sg = hla_codes(gy3, grid_w, rows, bits, rounding, signs)  # [O, R]
+    gqt, sg = hla_codes(gy3, grid_w, rows, bits, rounding, signs, gy_amax)  # [O, R]
     scale = sg * sx / (16 if rows else 1)
     R = gqt.shape[1]
     if rounding == FP8_E4M3:

@@ -21,14 +21,18 @@ import torch
 from torch.library import triton_op, wrap_triton
 
 from hotcompile.hadamard import padded
-from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
+from hotcompile.kernels.hla_triton import (
+    _hla_quant_kernel,
+    _rows_quant_kernel,
+    launch_hla_quantize,
+)
 from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
 from hotcompile.lowering import ttir_cache
 from hotcompile.quant import FP8_E4M3
 
 LIB = "hotcompile_lowering"
 # compile time: torch re-generates a launched kernel's TTIR at every trace and lowering of it
-ttir_cache.install((_hq_quant_kernel, _hla_quant_kernel))
+ttir_cache.install((_hq_quant_kernel, _hla_quant_kernel, _rows_quant_kernel))
 
 
 def _code_dtype(fp8: bool) -> torch.dtype:
@@ -37,12 +41,20 @@ def _code_dtype(fp8: bool) -> torch.dtype:
 
 @triton_op(f"{LIB}::hq_quantize", mutates_args=())
 def hq_quantize(
-    gy: torch.Tensor, bits: int, per_token: bool, rounding: str, fp8: bool, pad_rows_to: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+    gy: torch.Tensor,
+    bits: int,
+    per_token: bool,
+    rounding: str,
+    fp8: bool,
+    pad_rows_to: int,
+    raw_amax: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding)`` of ``gy [L, O]``:
     codes ``[padded(L, pad_rows_to), padded(O, 16)]`` (e4m3 INT-grid values when ``fp8``,
     else int8; padded rows are zero codes with zero scale) and fp32 scales ``[L_out]`` or
-    ``[1]``. One launch per token, two per tensor (max-abs by atomics, then the codes)."""
+    ``[1]``. One launch per token, two per tensor (max-abs by atomics, then the codes).
+    Third output: an int32 word holding the max-abs bits of g_y itself when ``raw_amax``
+    (for :func:`hla_quantize`'s ``amax``), else zero."""
     if gy.stride(-1) != 1:
         gy = gy.contiguous()
     L, O = gy.shape
@@ -50,8 +62,12 @@ def hq_quantize(
     codes = torch.empty((l_out, o_pad), dtype=_code_dtype(fp8), device=gy.device)
     scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
     words = None if per_token else torch.zeros((1,), dtype=torch.int32, device=gy.device)
-    launch_hq_quantize(wrap_triton(_hq_quant_kernel), gy, codes, scales, words, bits, rounding, 0)
-    return codes, scales
+    raw = torch.zeros((1,), dtype=torch.int32, device=gy.device)
+    launch_hq_quantize(
+        wrap_triton(_hq_quant_kernel), gy, codes, scales, words, bits, rounding, 0,
+        raw=raw if raw_amax else None,
+    )  # fmt: skip
+    return codes, scales, raw
 
 
 @triton_op(f"{LIB}::hla_quantize", mutates_args=())
@@ -64,6 +80,7 @@ def hla_quantize(
     sawb: bool,
     fp8_codes: bool,
     signs: Optional[torch.Tensor] = None,  # noqa: UP045 (schema inference)
+    amax: Optional[torch.Tensor] = None,  # noqa: UP045
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize(hla_transform(signed(x, signs), grid_w, rows), bits, False, rounding)`` for
     ``x [N, S, D]``, per tensor: codes written K-major as ``[D, R]`` (what the weight-gradient
@@ -72,14 +89,20 @@ def hla_quantize(
     With ``rows = range(16)`` over a weight ``W[None]`` this is HQ's weight quantizer along O
     (``sawb``: the SAWB scale, 4-bit). ``rounding=FP8_E4M3`` gives e4m3 codes with the
     max-abs/448 scale (``gw_format="fp8"``); ``fp8_codes`` stores INT-grid codes as e4m3.
+    ``amax`` (no HLA, no signs, token blocks): x's max-abs bits, already taken by another
+    kernel (:func:`hq_quantize`'s ``raw_amax`` over the same g_y): one pass, the codes.
     """
     if x.stride(-1) != 1:
         x = x.contiguous()
     N, S, D = x.shape
     fp8 = rounding == FP8_E4M3
-    words = torch.zeros((3 if sawb else 1,), dtype=torch.int32, device=x.device)
+    if amax is None:
+        words = torch.zeros((3 if sawb else 1,), dtype=torch.int32, device=x.device)
+    else:
+        words = amax
     flat = signs.reshape(N * S) if signs is not None else None
     return launch_hla_quantize(
         wrap_triton(_hla_quant_kernel), x, grid_w, rows, bits, rounding, True, sawb,
-        _code_dtype(fp8 or fp8_codes), flat, words, 0,
+        _code_dtype(fp8 or fp8_codes), flat, words, 0, rows_kernel=wrap_triton(_rows_quant_kernel),
+        amax_given=amax is not None,
     )  # fmt: skip

@@ -63,7 +63,7 @@ def _stages_of(rows: list[dict], name: str, n: int, s: int, O: int, I: int) -> N
     x = torch.randn(L, I, device=dev, dtype=torch.bfloat16)
     w = torch.randn(O, I, device=dev)
     wb = w.bfloat16()
-    gq, sg = hot.quantize_gy(gy, 4, True, "pseudo_stochastic", True, 16)
+    gq, sg, _ = hot.quantize_gy(gy, 4, True, "pseudo_stochastic", True, 16)
     wq, sw = hot.quantize_weight(w, 4, "sawb", True)
     xq, sx = hot.compress(x.view(n, s, I), 0, hla, 8, "pseudo_stochastic", None)
     gqt, sgg = hot.hla_codes(gy.view(n, s, O), 0, hla, 8, "pseudo_stochastic", None)
