@@ -206,8 +206,14 @@ def test_fp8_gx_native_equals_reference_and_beats_int4(gw_format: str) -> None:
     def err(g: dict[str, torch.Tensor]) -> float:
         return ((g["x"] - exact["x"]).norm() / exact["x"].norm()).item()
 
-    # g_w without HLA: the fused kernel's plain rows (block order) = the reference's rows
-    torch.testing.assert_close(nat["fc2.weight"], ops["fc2.weight"], rtol=1e-5, atol=1e-5)
+    # g_w without HLA: the fused kernel's plain rows (block order) = the reference's rows;
+    # INT8 codes multiply exactly, FP8 ones through cuBLAS's FP8 GEMM, whose Hopper
+    # accumulation differs from the reference's float32 matmul by ~3e-4 relative (H100)
+    gw_nat, gw_ops = nat["fc2.weight"], ops["fc2.weight"]
+    if gw_format == "int8":
+        torch.testing.assert_close(gw_nat, gw_ops, rtol=1e-5, atol=1e-5)
+    else:
+        assert ((gw_nat - gw_ops).norm() / gw_ops.norm()).item() < 2e-3
     # fc2's g_x differs in its last bits (the FP8 GEMM's accumulation vs the reference's
     # float32 matmul), so a few of fc1's g_y codes round the other way: the paths then differ
     # by a small fraction of their quantization error (0.0024 on the H100; the error is
@@ -223,7 +229,7 @@ def test_shared_gy_amax_gives_the_weight_gradient_of_its_own_pass() -> None:
     """The text recipe's g_w codes of g_y (plain rows, FP8, one scale per tensor) take g_y's
     max-abs from HQ's kernel, which reads the same g_y: the word is g_y's max-abs, and the
     weight gradient is bit for bit the one whose codes take their own max-abs pass — and the
-    CPU formulation's (the reference's arithmetic) to float32 summation order. S = 300 pads
+    CPU formulation's (the reference's arithmetic) to the FP8 GEMM's accumulation. S = 300 pads
     each sample's rows to 16s."""
     fp8 = "fp8_e4m3"
     torch.manual_seed(0)
@@ -239,6 +245,7 @@ def test_shared_gy_amax_gives_the_weight_gradient_of_its_own_pass() -> None:
     assert torch.equal(shared, own)
     cpu_xq, cpu_sx = hot.compress(x.cpu(), 0, (), 8, fp8, None)
     ref = hot.grad_weight(gy.cpu(), cpu_xq, cpu_sx, 0, (), 8, fp8, None)
-    assert ((shared.cpu() - ref).norm() / ref.norm()).item() < 1e-5
+    # the FP8 GEMM's Hopper accumulation vs float32 on the CPU: 2.6e-4 relative on the H100
+    assert ((shared.cpu() - ref).norm() / ref.norm()).item() < 2e-3
     with pytest.raises(ValueError, match="plain rows"):
         hot.grad_weight(gy, xq, sx, 0, (0, 2), 8, fp8, None, raw)

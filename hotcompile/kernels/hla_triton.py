@@ -472,6 +472,9 @@ def launch_hla_quantize(
 #: tile of ``_rows_quant_kernel``: tokens × channels (H100 sweep: plain_gw_h100.md)
 ROWS_BLOCK_R = 128
 ROWS_BLOCK_D = 64
+#: its max-abs pass's tile: nothing is stored transposed, so rows as wide as the codes' tile
+ROWS_AMAX_R = 32
+ROWS_AMAX_D = 256
 
 
 def _launch_rows(kernel, x, rounding, bits, out_dtype, words, seed, amax_given):
@@ -493,8 +496,10 @@ def _launch_rows(kernel, x, rounding, bits, out_dtype, words, seed, amax_given):
         BLOCK_D=ROWS_BLOCK_D,
         num_warps=8,
     )
-    if not amax_given:
-        kernel[grid](*args, MODE=1, **common)
+    if not amax_given:  # read-only: wider rows of x per program (512 B of bf16)
+        g1 = (triton.cdiv(R, ROWS_AMAX_R), triton.cdiv(D, ROWS_AMAX_D))
+        amax_tile = dict(common, BLOCK_R=ROWS_AMAX_R, BLOCK_D=ROWS_AMAX_D)
+        kernel[g1](*args, MODE=1, **amax_tile)
     kernel[grid](*args, MODE=2, **common)
     return codes, scale
 

@@ -125,12 +125,14 @@ def _hq_quant_kernel(
                 sab = tl.sum(tl.abs(x), axis=1)
         else:
             bits = tl.zeros([BLOCK_L], dtype=tl.int32)
+            raw_all = tl.zeros([], dtype=tl.int32)
             for c in range(NCHUNK):
                 cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
                 xc, raw = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
                 bits = tl.maximum(bits, _amax_bits(xc))
-                if RAW:
-                    tl.atomic_max(raw_ptr, raw)
+                raw_all = tl.maximum(raw_all, raw)
+            if RAW:  # one atomic per program: the word is contended by every program
+                tl.atomic_max(raw_ptr, raw_all)
                 if SAWB:
                     ssq += tl.sum(xc * xc, axis=1)
                     sab += tl.sum(tl.abs(xc), axis=1)
