@@ -45,17 +45,29 @@ def _grads(options: dict, x: torch.Tensor, autocast: bool = False) -> dict[str, 
     return grads
 
 
+@pytest.mark.parametrize("fp8_values", [False, True])
 @pytest.mark.parametrize("scaling", ["per_token", "per_tensor"])
-def test_triton_codes_equal_the_reference(scaling: str) -> None:
+def test_triton_codes_equal_the_reference(scaling: str, fp8_values: bool) -> None:
+    """HQ's codes of g_y bit for bit: INT4-grid, and FP8-e4m3 values (text recipe; rows from
+    1e-6 to 1e2, so e4m3's subnormals and ties occur), rounded by the store's conversion on
+    the GPU — and the plain-rows g_w codes of the same g_y with HQ's shared max-abs."""
     gy = torch.randn(300, 200, device="cuda") * 4
+    if fp8_values:
+        gy = gy * torch.logspace(-6, 2, 300, device="cuda")[:, None]
     per_token = scaling == "per_token"
-    q, s, _ = hot.quantize_gy(gy, 4, per_token, "pseudo_stochastic", True, 16)
+    bits, rounding = (8, "fp8_e4m3") if fp8_values else (4, "pseudo_stochastic")
+    q, s, raw = hot.quantize_gy(gy, bits, per_token, rounding, True, 16, True)
     from hotcompile.hadamard import block_hadamard
+    from hotcompile.hla import hla_operand
     from hotcompile.quant import quantize
 
-    rq, rs = quantize(block_hadamard(gy, 1, 16), 4, per_token, "pseudo_stochastic", "maxabs")
+    rq, rs = quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding, "maxabs")
     assert torch.equal(q[:300].float(), rq.float())
     assert torch.equal(s[: rs.numel()], rs)
+    if fp8_values:
+        c, sc = hot.hla_codes(gy[None], 0, (), 8, rounding, None, raw)
+        rc, rsc = quantize(hla_operand(gy[None], 0, ()), 8, False, rounding)
+        assert torch.equal(c.t()[:300].float(), rc.float()) and torch.equal(sc, rsc)
 
 
 @pytest.mark.parametrize("signs", [False, True])

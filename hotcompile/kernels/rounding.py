@@ -5,12 +5,20 @@ Bit-exactness with the reference hinges on these few lines (IEEE division by the
 round-half-even, NITI's pseudo-stochastic rule, SAWB's clipping), so they exist once.
 """
 
+import os
+
 import triton
 import triton.language as tl
 
 from hotcompile.quant import FP8_E4M3
 
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
+#: FP8 codes: on a GPU the float32 -> e4m3 conversion of the kernels' stores rounds to nearest,
+#: ties to even (``cvt.rn.satfinite`` on sm_89+), as torch's cast does, so :func:`codes` leaves
+#: it to the store; Triton's CPU interpreter converts otherwise, so there it rounds by hand
+#: (:func:`_e4m3_rne`). On the H100 the hand rounding cost ~20% of a codes pass: the pass is
+#: ALU-bound (tools/results/plain_gw_h100.md)
+_E4M3_BY_HAND = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 #: ``ROUNDING`` of the FP8 g_w codes (``hotcompile.quant.FP8_E4M3``); 0-2 are the INT roundings
 FP8 = tl.constexpr(3)
 #: rounding name -> the ``ROUNDING`` argument of :func:`codes`, for every kernel that calls it
@@ -40,14 +48,19 @@ def _e4m3_rne(v):
 @triton.jit
 def codes(x, s, offs, seed, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr):
     """Codes (float32) of ``x / s`` with the rounding of ``hotcompile.quant``: INT-grid
-    integers, or (``ROUNDING == FP8``, QMAX 448) the scaled values clamped to ±448 and rounded
-    to the nearest e4m3 value, ties to even, as torch's cast rounds them."""
+    integers, or (``ROUNDING == FP8``, QMAX 448) the scaled values clamped to ±448, to be
+    rounded to the nearest e4m3 value, ties to even, as torch's cast rounds them — by the
+    caller's store into an e4m3 tensor on a GPU, here under Triton's interpreter
+    (``_E4M3_BY_HAND``). Every caller stores FP8 codes into float8_e4m3fn."""
     ok = (s > 0.0) & (s <= _FLT_MAX)
     safe = tl.where(ok, s, 1.0)
     v = tl.math.div_rn(x, safe)  # IEEE division, like torch's x / s
     v = tl.where(v != v, 0.0, v)
     if ROUNDING == FP8:
-        return _e4m3_rne(tl.minimum(tl.maximum(v, QMAX * -1.0), QMAX * 1.0))
+        v = tl.minimum(tl.maximum(v, QMAX * -1.0), QMAX * 1.0)
+        if _E4M3_BY_HAND:
+            v = _e4m3_rne(v)
+        return v
     v = tl.where(v > _FLT_MAX, QMAX * 1.0, v)
     v = tl.where(v < -_FLT_MAX, QMAX * -1.0, v)
     a = tl.abs(v)
