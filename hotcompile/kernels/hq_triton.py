@@ -33,6 +33,10 @@ from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, has_fp8_gemm, qmax
 ROUNDINGS = ("nearest", "pseudo_stochastic", "stochastic")
 #: tile size (elements) of one program; rows per program = TILE // BLOCK_O
 TILE = 4096
+#: widest row one walk keeps in registers (one row per program past TILE). H100, FP8 values
+#: over a [8192, 8192] g_y: one walk 82 µs, two walks of 2048-wide chunks 103 µs
+#: (tools/results/plain_gw_h100.md)
+ONE_WALK = 8192
 #: widest O chunk of the two-walk path
 CHUNK_O = 2048
 #: HQ's Hadamard keeps every coefficient of a 16-block
@@ -180,12 +184,13 @@ def _config(o_pad: int, block_o: int | None) -> tuple[int, int, int, int]:
     """(BLOCK_L, BLOCK_O, NCHUNK, num_warps) for a padded width.
 
     Measured on an H200 (docs/kernels.md, tile sweep): one tile per row when the
-    padded width is a power of two up to TILE, else chunks that divide it exactly (the
-    largest power of two, 256 to CHUNK_O), never a tile mostly masked.
+    padded width is a power of two up to TILE (up to ONE_WALK, measured on an H100), else
+    chunks that divide it exactly (the largest power of two, 256 to CHUNK_O), never a tile
+    mostly masked.
     """
     p = triton.next_power_of_2(o_pad)
     if block_o is None:
-        if p == o_pad and p <= TILE:
+        if p == o_pad and p <= ONE_WALK:
             block_o = p
         else:
             block_o = min(o_pad & -o_pad, CHUNK_O)
