@@ -31,6 +31,8 @@ dtype). ``tests/test_lowering.py`` checks both against ``torch.ops.hotcompile``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from hotcompile.hadamard import block_hadamard, padded
@@ -155,16 +157,10 @@ def _int_mm_ok(m: int, k: int, n: int, device: torch.device) -> bool:
     return device.type == "cpu" or (m > 16 and k % 8 == 0 and n % 8 == 0 and k > 0)
 
 
-def grad_input(
-    gy2: torch.Tensor,
-    w: torch.Tensor,
-    bits: int,
-    per_token: bool,
-    rounding: str,
-    weight_scale: str,
-) -> torch.Tensor:
-    """HQ g_x ``[L, I]`` in gy's dtype (:func:`grad_input_amax` without the max-abs)."""
-    return grad_input_amax(gy2, w, bits, per_token, rounding, weight_scale)[0]
+def grad_input(*args: Any) -> torch.Tensor:
+    """HQ g_x ``[L, I]`` alone: :func:`grad_input_amax` ``(gy2, w, bits, per_token, rounding,
+    weight_scale)`` without the max-abs."""
+    return grad_input_amax(*args)[0]
 
 
 def grad_input_amax(
