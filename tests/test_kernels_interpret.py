@@ -37,6 +37,16 @@ CHECK = textwrap.dedent("""
                     n += 1
                     bad += not (torch.equal(c[:L], rc)
                                 and torch.equal(s[:L] if per_token else s, rs))
+                if not per_token and bits == 4 and O == 128:
+                    # SAWB's per-tensor statistics, one walk and chunked (4 x 32 columns):
+                    # every chunk's Σx², Σ|x| count; float32 rounding of the sums, codes equal
+                    rc, rs = quantize(block_hadamard(gy, 1, 16), 4, False, rounding, "sawb")
+                    for bo in (None, 32):
+                        c, s = hq_quantize(gy, 4, False, rounding, out_dtype=torch.int8,
+                                           block_o=bo, sawb=True)
+                        n += 1
+                        bad += not (torch.equal(c[:L], rc)
+                                    and torch.allclose(s, rs, rtol=1e-6, atol=0))
                 x = torch.randn(2, 35, 24)
                 for grid_w in (0, 5):
                     c, s = hla_quantize(x, grid_w, LP_L1, bits, rounding, transposed=False)

@@ -135,11 +135,11 @@ def _hq_quant_kernel(
                 xc, raw = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
                 bits = tl.maximum(bits, _amax_bits(xc))
                 raw_all = tl.maximum(raw_all, raw)
-            if RAW:  # one atomic per program: the word is contended by every program
-                tl.atomic_max(raw_ptr, raw_all)
                 if SAWB:
                     ssq += tl.sum(xc * xc, axis=1)
                     sab += tl.sum(tl.abs(xc), axis=1)
+            if RAW:  # one atomic per program: the word is contended by every program
+                tl.atomic_max(raw_ptr, raw_all)
         if MODE == 1:
             tl.atomic_max(amax_ptr, tl.max(bits, axis=0))
             if SAWB:
