@@ -425,7 +425,7 @@ def launch_hla_quantize(
     nb, H, W, nbw = hla_rows_count(S, grid_w)
     transform = len(rows) > 0
     plain = not transform and grid_w == 0 and signs is None and transposed and not sawb
-    if amax_given and not (plain and rows_kernel is not None):
+    if amax_given and not plain:
         raise ValueError("a given max-abs needs the plain case (no HLA, signs or patches)")
     if plain and rows_kernel is not None:
         return _launch_rows(rows_kernel, x, rounding, bits, out_dtype, words, seed, amax_given)
@@ -464,7 +464,8 @@ def launch_hla_quantize(
         BLOCK_D=block_d,
         num_warps=num_warps,
     )
-    kernel[grid](*args, MODE=1, **common)
+    if not amax_given:
+        kernel[grid](*args, MODE=1, **common)
     kernel[grid](*args, MODE=2, **common)
     return codes, scale
 
