@@ -278,42 +278,6 @@ def _hla_quant_kernel(
         tl.store(codes_ptr + offs, c.to(codes_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _rows_quant_kernel(
-    x_ptr, codes_ptr, scale_ptr, amax_ptr, R, D, S, S16, stride_n, stride_s, seed,
-    MODE: tl.constexpr, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """No HLA (``rows=()``, 16-blocks along tokens): the plain rows of x, codes written K-major
-    ``[D, R]`` — what ``_hla_quant_kernel`` computes with ``TRANSFORM`` off, without its 16
-    register tiles and interleaving joins: one ``[BLOCK_R, BLOCK_D]`` tile per program (row r
-    of the output is position ``r % S16`` of sample ``r // S16``, zero past S), stored
-    transposed. MODE 1: max-abs into ``amax_ptr`` (atomic max on the bits); MODE 2: codes with
-    the scale from that word (which another kernel may have filled: HQ's raw max-abs of g_y)."""
-    INV_Q: tl.constexpr = 1.0 / QMAX
-    pid_r = tl.program_id(0)
-    pid_d = tl.program_id(1)
-    r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    n = r // S16
-    s = r % S16
-    ok = (r < R) & (s < S)
-    dmask = d < D
-    src = n.to(tl.int64) * stride_n + s.to(tl.int64) * stride_s
-    t = tl.load(x_ptr + src[:, None] + d[None, :], mask=ok[:, None] & dmask[None, :], other=0.0)
-    t = t.to(tl.float32)
-    if MODE == 1:
-        tl.atomic_max(amax_ptr, tl.max(tl.max(tl.abs(t).to(tl.int32, bitcast=True), axis=1), 0))
-    else:
-        scale = tl.load(amax_ptr).to(tl.float32, bitcast=True) * INV_Q
-        if (pid_r == 0) & (pid_d == 0):
-            tl.store(scale_ptr, scale)
-        offs = d[None, :].to(tl.int64) * R + r[:, None]
-        c = codes(t, scale, offs.to(tl.int32), seed, ROUNDING, QMAX, PM)
-        mask = (r < R)[:, None] & dmask[None, :]
-        tl.store(codes_ptr + offs, c.to(codes_ptr.dtype.element_ty), mask=mask)
-
-
 # ----------------------------------------------------------------------------- host code
 
 
@@ -385,7 +349,7 @@ def hla_quantize(
     signs = signs.reshape(N * S).contiguous() if signs is not None else None
     return launch_hla_quantize(
         _hla_quant_kernel, x, grid_w, rows, bits, rounding, transposed, sawb, out_dtype,
-        signs, words, seed, block_b, block_d, num_warps, _rows_quant_kernel,
+        signs, words, seed, block_b, block_d, num_warps,
     )  # fmt: skip
 
 
@@ -405,7 +369,6 @@ def launch_hla_quantize(
     block_b: int = BLOCK_B,
     block_d: int = BLOCK_D,
     num_warps: int = 4,
-    rows_kernel=None,
     amax_given: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Allocate the outputs and launch ``_hla_quant_kernel`` twice (max-abs, then codes):
@@ -415,11 +378,10 @@ def launch_hla_quantize(
     ``torch.zeros`` that inductor owns). ``x``: ``[N, S, D]`` with unit last stride;
     ``signs``: flat ``[N·S]`` or None; ``words``: zeroed int32, 3 with ``sawb`` else 1.
 
-    ``rows_kernel`` (``_rows_quant_kernel``, jitted or wrapped like ``kernel``) takes the plain
-    case — no HLA, token blocks, no signs, K-major codes, no SAWB — in one simpler tile per
-    program, the same codes (H100: 1.4-2x faster, ``tools/results/plain_gw_h100.md``).
-    ``amax_given`` (plain case only): ``words[0]`` already holds the max-abs bits of x (HQ's
-    kernel took them from the same g_y), so only the codes pass runs."""
+    ``amax_given`` (no HLA, token blocks, no signs, K-major, no SAWB: the plain rows of x):
+    ``words[0]`` already holds x's max-abs bits (HQ's kernel took them from the same g_y), so
+    only the codes pass runs (H100: 78 vs 131 µs over an 8192² g_y,
+    ``tools/results/plain_codes_pass_h100.md``)."""
     fp8 = rounding == FP8_E4M3
     N, S, D = x.shape
     nb, H, W, nbw = hla_rows_count(S, grid_w)
@@ -427,8 +389,6 @@ def launch_hla_quantize(
     plain = not transform and grid_w == 0 and signs is None and transposed and not sawb
     if amax_given and not plain:
         raise ValueError("a given max-abs needs the plain case (no HLA, signs or patches)")
-    if plain and rows_kernel is not None:
-        return _launch_rows(rows_kernel, x, rounding, bits, out_dtype, words, seed, amax_given)
     rows = rows if transform else IDENTITY_ROWS
     nr = len(rows)
     rp = triton.next_power_of_2(nr)
@@ -466,41 +426,6 @@ def launch_hla_quantize(
     )
     if not amax_given:
         kernel[grid](*args, MODE=1, **common)
-    kernel[grid](*args, MODE=2, **common)
-    return codes, scale
-
-
-#: tile of ``_rows_quant_kernel``: tokens × channels (H100 sweep: plain_gw_h100.md)
-ROWS_BLOCK_R = 128
-ROWS_BLOCK_D = 64
-#: its max-abs pass's tile: nothing is stored transposed, so rows as wide as the codes' tile
-ROWS_AMAX_R = 32
-ROWS_AMAX_D = 256
-
-
-def _launch_rows(kernel, x, rounding, bits, out_dtype, words, seed, amax_given):
-    """``_rows_quant_kernel`` into new ``[D, R]`` codes and a ``[1]`` scale (see
-    :func:`launch_hla_quantize`)."""
-    N, S, D = x.shape
-    s16 = hla_rows_count(S, 0)[0] * 16
-    R = N * s16
-    codes = torch.empty((D, R), dtype=out_dtype, device=x.device)
-    scale = torch.empty((1,), dtype=torch.float32, device=x.device)
-    fp8 = rounding == FP8_E4M3
-    grid = (triton.cdiv(R, ROWS_BLOCK_R), triton.cdiv(D, ROWS_BLOCK_D))
-    args = (x, codes, scale, words[:1], R, D, S, s16, x.stride(0), x.stride(1), seed)
-    common = dict(
-        ROUNDING=ROUNDING_CODES[rounding],
-        QMAX=int(FP8_MAX) if fp8 else qmax(bits),
-        PM=PSEUDO_BITS[bits],
-        BLOCK_R=ROWS_BLOCK_R,
-        BLOCK_D=ROWS_BLOCK_D,
-        num_warps=8,
-    )
-    if not amax_given:  # read-only: wider rows of x per program (512 B of bf16)
-        g1 = (triton.cdiv(R, ROWS_AMAX_R), triton.cdiv(D, ROWS_AMAX_D))
-        amax_tile = dict(common, BLOCK_R=ROWS_AMAX_R, BLOCK_D=ROWS_AMAX_D)
-        kernel[g1](*args, MODE=1, **amax_tile)
     kernel[grid](*args, MODE=2, **common)
     return codes, scale
 

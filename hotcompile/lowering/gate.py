@@ -67,7 +67,7 @@ class Speed:
 
 
 #: part of every cached measurement's key: bumped when HOT's kernels change speed, so that a
-#: gate.json written by an older hotcompile is measured afresh (2: the plain-rows g_w kernel)
+#: gate.json written by an older hotcompile is measured afresh (2: g_y's shared max-abs)
 MEASURE_VERSION = 2
 
 

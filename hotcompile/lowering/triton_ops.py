@@ -21,18 +21,14 @@ import torch
 from torch.library import triton_op, wrap_triton
 
 from hotcompile.hadamard import padded
-from hotcompile.kernels.hla_triton import (
-    _hla_quant_kernel,
-    _rows_quant_kernel,
-    launch_hla_quantize,
-)
+from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
 from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
 from hotcompile.lowering import ttir_cache
 from hotcompile.quant import FP8_E4M3
 
 LIB = "hotcompile_lowering"
 # compile time: torch re-generates a launched kernel's TTIR at every trace and lowering of it
-ttir_cache.install((_hq_quant_kernel, _hla_quant_kernel, _rows_quant_kernel))
+ttir_cache.install((_hq_quant_kernel, _hla_quant_kernel))
 
 
 def _code_dtype(fp8: bool) -> torch.dtype:
@@ -54,7 +50,7 @@ def hq_quantize(
     else int8; padded rows are zero codes with zero scale) and fp32 scales ``[L_out]`` or
     ``[1]``. One launch per token, two per tensor (max-abs by atomics, then the codes).
     Third output: an int32 word holding the max-abs bits of g_y itself when ``raw_amax``
-    (for :func:`hla_quantize`'s ``amax``), else zero."""
+    (for :func:`hla_quantize`'s ``amax``), else an empty tensor (no fill kernel)."""
     if gy.stride(-1) != 1:
         gy = gy.contiguous()
     L, O = gy.shape
@@ -62,7 +58,7 @@ def hq_quantize(
     codes = torch.empty((l_out, o_pad), dtype=_code_dtype(fp8), device=gy.device)
     scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
     words = None if per_token else torch.zeros((1,), dtype=torch.int32, device=gy.device)
-    raw = torch.zeros((1,), dtype=torch.int32, device=gy.device)
+    raw = torch.zeros((1 if raw_amax else 0,), dtype=torch.int32, device=gy.device)
     launch_hq_quantize(
         wrap_triton(_hq_quant_kernel), gy, codes, scales, words, bits, rounding, 0,
         raw=raw if raw_amax else None,
@@ -96,13 +92,10 @@ def hla_quantize(
         x = x.contiguous()
     N, S, D = x.shape
     fp8 = rounding == FP8_E4M3
-    if amax is None:
-        words = torch.zeros((3 if sawb else 1,), dtype=torch.int32, device=x.device)
-    else:
-        words = amax
+    words = amax if amax is not None else torch.zeros((3 if sawb else 1,), dtype=torch.int32,
+                                                      device=x.device)  # fmt: skip
     flat = signs.reshape(N * S) if signs is not None else None
     return launch_hla_quantize(
         wrap_triton(_hla_quant_kernel), x, grid_w, rows, bits, rounding, True, sawb,
-        _code_dtype(fp8 or fp8_codes), flat, words, 0, rows_kernel=wrap_triton(_rows_quant_kernel),
-        amax_given=amax is not None,
+        _code_dtype(fp8 or fp8_codes), flat, words, 0, amax_given=amax is not None,
     )  # fmt: skip
