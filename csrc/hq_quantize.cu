@@ -9,7 +9,8 @@
 // Bit-exactness with hotcompile.quant.quantize(block_hadamard(g_y, 1, 16)): the butterfly
 // stages run in float32 in the order of hadamard.fwht_last (h = 1, 2, 4, 8; (a, b) -> (a+b,
 // a-b)); the row max-abs is a max over the float bits of |x| (NaN propagates); the scale is
-// max-abs * float(1/qmax); v = x / s is the IEEE division (__fdiv_rn, as torch divides);
+// normal_scale(max-abs * float(1/qmax)); v = x * (1/s) with the correctly rounded reciprocal
+// (__frcp_rn, as torch.reciprocal; one per row, quant.inverse);
 // nearest = round-half-even (rintf), pseudo-stochastic = NITI's rule of quant.round_magnitude.
 //
 // This file needs only the CUDA toolkit (no torch headers), so CI compile-checks it for sm_90a
@@ -109,10 +110,22 @@ __device__ __forceinline__ void fwht16(float (&v)[16]) {
   stage<8>(v);
 }
 
-// the code of x / s (rounding.codes / quant.quantize), as a float integer in [-qmax, qmax]
-__device__ __forceinline__ float code(float x, float s, float qmax, int rounding, int pm) {
+// quant.normal_scale: a positive scale raised to the smallest normal float (a finite
+// reciprocal); 0, NaN and Inf unchanged
+__device__ __forceinline__ float normal_scale(float s) {
+  return s > 0.0f ? fmaxf(s, FLT_MIN) : s;
+}
+
+// quant.inverse: 1/s, or 1 where there is no usable scale (0, NaN, Inf)
+__device__ __forceinline__ float inverse(float s) {
   const bool ok = (s > 0.0f) && (s <= FLT_MAX);
-  float v = __fdiv_rn(x, ok ? s : 1.0f);
+  return __frcp_rn(ok ? s : 1.0f);
+}
+
+// the code of x * inv, inv = inverse(s) (rounding.codes / quant.quantize), as a float integer
+// in [-qmax, qmax]
+__device__ __forceinline__ float code(float x, float inv, float qmax, int rounding, int pm) {
+  float v = x * inv;
   if (v != v) v = 0.0f;
   if (v > FLT_MAX) v = qmax;
   if (v < -FLT_MAX) v = -qmax;
@@ -193,9 +206,10 @@ __global__ void hq_quantize_rows_kernel(const T* __restrict__ gy, OutT* __restri
       __syncthreads();
       bits = warp_bits[0];
     }
-    s = __int_as_float(bits) * inv_q;
+    s = normal_scale(__int_as_float(bits) * inv_q);
     if (t == 0) scales[r] = s;
   }
+  const float inv = inverse(s);
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
     const int64_t b = t + static_cast<int64_t>(k) * T_;
@@ -203,10 +217,10 @@ __global__ void hq_quantize_rows_kernel(const T* __restrict__ gy, OutT* __restri
       uint32_t w0 = 0u, w1 = 0u, w2 = 0u, w3 = 0u;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        w0 |= uint32_t(encode<OutT>(code(v[k][j], s, qmax, rounding, pm))) << (8 * j);
-        w1 |= uint32_t(encode<OutT>(code(v[k][4 + j], s, qmax, rounding, pm))) << (8 * j);
-        w2 |= uint32_t(encode<OutT>(code(v[k][8 + j], s, qmax, rounding, pm))) << (8 * j);
-        w3 |= uint32_t(encode<OutT>(code(v[k][12 + j], s, qmax, rounding, pm))) << (8 * j);
+        w0 |= uint32_t(encode<OutT>(code(v[k][j], inv, qmax, rounding, pm))) << (8 * j);
+        w1 |= uint32_t(encode<OutT>(code(v[k][4 + j], inv, qmax, rounding, pm))) << (8 * j);
+        w2 |= uint32_t(encode<OutT>(code(v[k][8 + j], inv, qmax, rounding, pm))) << (8 * j);
+        w3 |= uint32_t(encode<OutT>(code(v[k][12 + j], inv, qmax, rounding, pm))) << (8 * j);
       }
       *reinterpret_cast<uint4*>(crow + 16 * b) = make_uint4(w0, w1, w2, w3);
     }
@@ -235,7 +249,7 @@ __global__ void hq_amax_kernel(const T* __restrict__ gy, int* __restrict__ amax,
 
 __global__ void amax_to_scale_kernel(const int* __restrict__ amax, float* __restrict__ scale,
                                      float inv_q) {
-  scale[0] = __int_as_float(amax[0]) * inv_q;
+  scale[0] = normal_scale(__int_as_float(amax[0]) * inv_q);
 }
 
 constexpr int kMaxThreads = 256;  // per row; rows longer than 256·4·16 = 16384 are refused

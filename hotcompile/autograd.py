@@ -254,19 +254,32 @@ def _probe_hla(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, grid_w, row
 
 
 def _input_grad(
-    spec: LayerSpec, gy2: torch.Tensor, w2: torch.Tensor, raw_amax: bool = False
+    spec: LayerSpec, gy2: torch.Tensor, w2, raw_amax: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact; and, with
-    ``raw_amax`` on the native CUDA path, g_y's max-abs bits from HQ's kernel (else None)."""
+    ``raw_amax`` on the native CUDA path, g_y's max-abs bits from HQ's kernel (else None).
+    On the native path ``w2`` is the pair ``(codes, scale)`` the forward quantized
+    (:func:`_native_weight_codes`)."""
     if not spec.gx_quantized:
         return gy2 @ w2.to(gy2.dtype), None
     if spec.lowering == "native":
+        wq, sw = w2
         if gy2.shape[0] == 0:
-            return gy2.new_zeros((0, w2.shape[1])), None
-        return native.grad_input_amax(
-            gy2, w2, spec.gx_bits, spec.per_token, spec.gx_rounding, spec.weight_scale, raw_amax
+            return gy2.new_zeros((0, wq.shape[0])), None
+        return native.grad_input_codes(
+            gy2, wq, sw, spec.gx_bits, spec.per_token, spec.gx_rounding, raw_amax
         )
     return ops.hq_grad_input(gy2, w2, *spec.hq_args), None
+
+
+def _native_weight_codes(spec: LayerSpec, weight: torch.Tensor) -> list[torch.Tensor]:
+    """The forward's half of HQ on the native path: the weight's codes and scale
+    (:func:`hotcompile.lowering.hot.weight_codes`) from the weight as the forward's GEMM reads
+    it — the autocast copy inside an autocast region, which the forward casts anyway — saved
+    for the backward in place of the weight."""
+    dtype = _autocast_dtype(weight)
+    w = weight.to(dtype) if dtype is not None and weight.dtype != dtype else weight
+    return list(native.weight_codes(w, spec.gx_bits, spec.gx_rounding, spec.weight_scale))
 
 
 def _autocast_dtype(t: torch.Tensor) -> torch.dtype | None:
@@ -338,7 +351,13 @@ class HotLinearFunction(torch.autograd.Function):
         ctx.x_dtype = x.dtype
         ctx.b_dtype = bias.dtype if bias is not None else None
         need_gw = ctx.needs_input_grad[1]
-        saved = [weight]
+        ctx.w_dtype = weight.dtype
+        # native HQ: the weight's codes (quantized here, from the forward's copy) are saved,
+        # and W itself only where the backward still reads it (HLA's signs without ABC)
+        ctx.w_codes = spec.lowering == "native" and spec.gx_quantized and ctx.needs_input_grad[0]
+        ctx.keep_w = not ctx.w_codes or (need_gw and not spec.abc and not spec.gw_exact)
+        saved = _native_weight_codes(spec, weight) if ctx.w_codes else []
+        saved += [weight] if ctx.keep_w else []
         if need_gw:
             if spec.gw_exact or not spec.abc:
                 saved.append(x)
@@ -355,12 +374,15 @@ class HotLinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gy):
         spec: LayerSpec = ctx.spec
-        weight, *saved = ctx.saved_tensors
+        saved = list(ctx.saved_tensors)
+        w_codes = (saved.pop(0), saved.pop(0)) if ctx.w_codes else None
+        weight = saved.pop(0) if ctx.keep_w else None
         O = gy.shape[-1]
         gy2 = gy.reshape(-1, O)
         gx = gw = gb = gy_amax = None
         if ctx.needs_input_grad[0]:
-            gx, gy_amax = _input_grad(spec, gy2, weight, _shares_gy_amax(spec, ctx))
+            w2 = w_codes if w_codes is not None else weight
+            gx, gy_amax = _input_grad(spec, gy2, w2, _shares_gy_amax(spec, ctx))
             gx = gx.reshape(ctx.x_shape).to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
             if spec.gw_exact:
@@ -377,7 +399,7 @@ class HotLinearFunction(torch.autograd.Function):
                     gw = _native_weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows, gy_amax)
                 else:
                     gw = _weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
-            gw = gw.to(weight.dtype)
+            gw = gw.to(ctx.w_dtype)
         if ctx.needs_input_grad[2]:
             gb = gy2.sum(0).to(ctx.b_dtype)
         return gx, gw, gb, None

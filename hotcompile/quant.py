@@ -82,6 +82,32 @@ def sawb_scale(w: torch.Tensor, bits: int) -> torch.Tensor:
     return alpha * (1.0 / qmax(bits))
 
 
+#: smallest normal float32: a scale is never set below it (see :func:`normal_scale`)
+MIN_NORMAL = 2.0**-126
+
+
+def normal_scale(s: torch.Tensor) -> torch.Tensor:
+    """A positive scale raised to at least the smallest normal float32, so that its reciprocal
+    is finite: a tensor whose max-abs is below ``qmax · 2^-126`` (about 5e-36 for FP8, 9e-37 for
+    INT4) gets codes below ``qmax`` rather than ``inf · x``. Zero, NaN and Inf stay as they are
+    (no scale, or one that keeps the tensor's non-finite values visible)."""
+    return torch.where(s > 0, torch.clamp_min(s, MIN_NORMAL), s)
+
+
+def inverse(s: torch.Tensor) -> torch.Tensor:
+    """``1 / s`` for the codes ``x · (1/s)``, 1 where there is no usable scale (0, NaN, Inf).
+
+    The codes multiply by the correctly rounded float32 reciprocal of the scale rather than
+    divide by it: every kernel then does one IEEE division per row (or tensor) and one multiply
+    per element, where a division per element made the memory-bound quantize passes ALU-bound
+    on the H100 (``tools/results/reciprocal_codes_h100.md``). ``x · (1/s)`` can differ from
+    ``x / s`` in the last bit, so this, not the division, is the specification the kernels
+    match bit for bit.
+    """
+    safe = torch.where((s > 0) & torch.isfinite(s), s, torch.ones_like(s))
+    return torch.reciprocal(safe)
+
+
 def quantize(
     x: torch.Tensor,
     bits: int,
@@ -117,17 +143,15 @@ def quantize(
         if scale_mode != "maxabs":
             raise ValueError("per-token quantization supports only max-abs scales")
         scale = xf.abs().amax(dim=1) * inv_q
-        s = scale[:, None]
+    elif scale_mode == "sawb":
+        scale = sawb_scale(xf, bits).reshape(1)
+    elif scale_mode == "maxabs":
+        scale = (xf.abs().amax() * inv_q).reshape(1)
     else:
-        if scale_mode == "sawb":
-            scale = sawb_scale(xf, bits).reshape(1)
-        elif scale_mode == "maxabs":
-            scale = (xf.abs().amax() * inv_q).reshape(1)
-        else:
-            raise ValueError(f"unknown scale mode {scale_mode!r}")
-        s = scale
-    safe = torch.where((s > 0) & torch.isfinite(s), s, torch.ones_like(s))
-    v = torch.nan_to_num(xf / safe, nan=0.0, posinf=float(q), neginf=-float(q))
+        raise ValueError(f"unknown scale mode {scale_mode!r}")
+    scale = normal_scale(scale)
+    s = scale[:, None] if per_token else scale
+    v = torch.nan_to_num(xf * inverse(s), nan=0.0, posinf=float(q), neginf=-float(q))
     if fp8:
         return v.clamp_(-q, q).to(torch.float8_e4m3fn), scale
     mag = round_magnitude(v.abs(), rounding, bits).clamp_(max=q)

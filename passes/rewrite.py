@@ -445,6 +445,7 @@ def _gate(
     out_features: int,
     need_gw: bool,
     native_gw_format: str = "fp8",
+    w_dtype: torch.dtype = torch.float32,
 ) -> tuple[Speed | None, str]:
     """``prefer="speed"``: the gate's times for this layer (measured on CUDA, the roofline
     model on meta tensors, both of the native path) and the reason to keep the exact backward
@@ -478,6 +479,7 @@ def _gate(
         need_gw=need_gw,
         dtype="bfloat16" if torch.is_autocast_enabled("cuda") or x.dtype == torch.bfloat16
         else str(x.dtype).replace("torch.", ""),
+        wdtype=str(w_dtype).replace("torch.", ""),
     )  # fmt: skip
     speed = decide(shape, x.device)
     return speed, "" if speed.hot else f"speed: {speed.describe()}"
@@ -689,7 +691,7 @@ def _plan_call(
         # on CUDA the measured verdict decides; on meta tensors (hotcompile report) the
         # roofline model says what to expect on an H100 and decides nothing
         native_fmt = gw_format_of(config, "native")
-        speed, why = _gate(spec, kind, x, wshape[0], w.requires_grad, native_fmt)
+        speed, why = _gate(spec, kind, x, wshape[0], w.requires_grad, native_fmt, w.dtype)
         if why and x.device.type == "cuda":
             return skip(why, speed)
     path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")

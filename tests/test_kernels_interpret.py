@@ -106,6 +106,28 @@ CHECK = textwrap.dedent("""
                 ok_s = torch.equal(s, rs) if mode == "maxabs" else torch.allclose(s, rs, 1e-6, 0)
                 n += 1
                 bad += not (torch.equal(c.t().to(torch.int8), rc) and ok_s)
+    # a tensor so small its max-abs/qmax is a subnormal float: the scale is raised to the
+    # smallest normal float (a finite reciprocal), in the kernels as in the reference
+    from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
+    tiny = torch.randn(20, 64) * 1e-37
+    for rounding, bits in (("nearest", 4), (FP8_E4M3, 8)):
+        rc, rs = quantize(block_hadamard(tiny, 1, 16), bits, True, rounding)
+        c = torch.empty((20, 64), dtype=torch.float8_e4m3fn)
+        s = torch.empty((20,))
+        launch_hq_quantize(_hq_quant_kernel, tiny, c, s, None, bits, rounding, 0)
+        n += 1
+        bad += not (torch.equal(c.float(), rc.float()) and torch.equal(s, rs)
+                    and bool((s > 0).all()))
+        c, s = hla_quantize(tiny[None], 0, LP_L1, 8, rounding if bits == 8 else "nearest",
+                            transposed=False)
+        rc, rs = quantize(hla_transform(tiny[None], 0, LP_L1), 8, False,
+                          rounding if bits == 8 else "nearest")
+        n += 1
+        bad += not (torch.equal(c.float(), rc.float()) and torch.equal(s, rs))
+    c, s = hq_quantize(tiny, 4, False, "nearest", out_dtype=torch.int8)
+    rc, rs = quantize(block_hadamard(tiny, 1, 16), 4, False, "nearest")
+    n += 1
+    bad += not (torch.equal(c, rc) and torch.equal(s, rs))
     # the scaled GEMM (int8, exact int32 accumulation; dequantization in the epilogue)
     from hotcompile.kernels.gemm_triton import TILES, scaled_gemm
     for M, N, K in [(37, 24, 200), (20, 40, 64)]:

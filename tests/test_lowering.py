@@ -123,6 +123,60 @@ def test_native_backward_holds_no_opaque_op() -> None:
         assert any("_int_mm" in t or "_scaled_mm" in t for t in seen) == (lowering == "native")
 
 
+def saved_by_forward(
+    options: dict, autocast: bool, device: str = "cpu"
+) -> list[tuple[tuple, torch.dtype]]:
+    """(shape, dtype) of what the forward saves for the backward (the backward graph's
+    inputs other than tangents) of the MLP compiled with inductor's decompositions + min-cut.
+    (tests/test_lowering_gpu.py asserts on it for CUDA, where HOT's quantizers are Triton
+    kernels the partitioner must not recompute; on the CPU they are ATen, which it may.)"""
+    from functorch.compile import min_cut_rematerialization_partition
+
+    from hotcompile.backend import aot_decomp_partition
+
+    saved: list[tuple[tuple, torch.dtype]] = []
+
+    def partition(joint, *args, **kwargs):
+        fw, bw = min_cut_rematerialization_partition(joint, *args, **kwargs)
+        for n in bw.graph.nodes:
+            if n.op == "placeholder" and not n.name.startswith("tangents"):
+                saved.append((tuple(n.meta["val"].shape), n.meta["val"].dtype))
+        return fw, bw
+
+    backend = hotcompile.HotBackend(compiler="aot_eager", **options)
+
+    def compiler(gm, inputs):
+        from hotcompile.passes import rewrite
+
+        rewrite(gm, backend.config, inputs)
+        return aot_decomp_partition(gm, inputs, partition_fn=partition)
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    x = torch.randn(2, 40, 32, device=device, requires_grad=True)  # 80 tokens: no shape clash
+    with torch.autocast(device, torch.bfloat16, enabled=autocast):
+        torch.compile(MLP().to(device), backend=compiler)(x).float().sum().backward()
+    return saved
+
+
+def test_exact_backward_under_autocast_saves_the_weights_bf16_copies() -> None:
+    """What the native path's weight codes replace (tests/test_lowering_gpu.py): autograd's
+    bf16 backward saves the forward's bf16 copy of each weight."""
+    weights = {(64, 32), (48, 64)}  # fc1, fc2 as [O, I]
+    exact = saved_by_forward({"exact": True}, autocast=True)
+    assert {s for s in exact if s[0] in weights} == {(w, torch.bfloat16) for w in weights}
+
+
+def test_native_weight_codes_are_the_reference_of_the_forwards_copy() -> None:
+    """Under autocast the weight's codes are HQ's reference quantizer applied to the bf16 copy
+    the forward's GEMM multiplies by (FP8 values here, the text recipe's g_x format)."""
+    w = torch.randn(48, 64) * 0.02
+    wb = w.to(torch.bfloat16)
+    wq, sw = hot.weight_codes(wb, 8, "fp8_e4m3", "maxabs")
+    rq, rs = quantize(block_hadamard(wb, 0, 16), 8, False, "fp8_e4m3")
+    assert torch.equal(wq.t().float(), rq.float()) and torch.equal(sw, rs)
+
+
 def test_native_lqs_resolves_per_token_and_says_why() -> None:
     torch._dynamo.reset()
     backend = hotcompile.HotBackend(compiler="aot_eager", lowering="native")

@@ -261,3 +261,18 @@ def test_shared_gy_amax_gives_the_weight_gradient_of_its_own_pass() -> None:
     assert ((shared.cpu() - ref).norm() / ref.norm()).item() < 2e-3
     with pytest.raises(ValueError, match="plain rows"):
         hot.grad_weight(gy, xq, sx, 0, (0, 2), 8, fp8, None, raw)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_native_forward_saves_the_weights_codes_not_the_weight(autocast: bool) -> None:
+    """The native path quantizes HQ's weight operand in the forward, from the weight as the
+    forward's GEMM reads it (the bf16 copy under autocast), and the forward saves its codes
+    ``[I, padded(O, 16)]`` (one byte a weight) — the backward reads no weight and runs no
+    weight quantizer (autograd's bf16 backward saves the two-byte copy instead)."""
+    from test_lowering import saved_by_forward
+
+    saved = saved_by_forward({"lowering": "native", "prefer": "paper"}, autocast, "cuda")
+    weights = {(64, 32), (48, 64)}  # fc1, fc2 as [O, I]
+    assert not [s for s in saved if s[0] in weights], saved
+    codes = {s[0] for s in saved if s[1] in (torch.int8, torch.float8_e4m3fn)}
+    assert {(32, 64), (64, 48)} <= codes, saved

@@ -315,3 +315,23 @@ def test_abc_codes_are_column_major_in_the_real_and_fake_op():
             mode.from_tensor(x), 0, [0, 2, 3, 8, 10, 11, 12, 14], 16, 8, "nearest"
         )
     assert fq.shape == q.shape and fq.stride() == q.stride()
+
+
+@pytest.mark.parametrize(
+    "rounding,bits", [("nearest", 4), ("pseudo_stochastic", 8), ("fp8_e4m3", 8)]
+)
+@pytest.mark.parametrize("per_token", [True, False])
+def test_a_tiny_tensor_quantizes_with_a_finite_reciprocal_scale(rounding, bits, per_token):
+    """Codes are ``x · (1/s)``: a max-abs so small that max-abs/qmax is subnormal would make
+    ``1/s`` infinite and every code saturate. The scale is raised to the smallest normal float
+    instead, so the codes still dequantize to x; zero rows keep a zero scale."""
+    x = torch.randn(6, 32) * 1e-37
+    x[2] = 0.0
+    codes, scale = quantize(x, bits, per_token, rounding)
+    assert torch.isfinite(1 / scale[scale > 0]).all()
+    if per_token:
+        assert scale[2] == 0 and (codes[2].float() == 0).all()
+    deq = codes.double() * (scale.double()[:, None] if per_token else scale.double())
+    err = (deq - x.double()).norm() / x.double().norm()
+    assert err < 0.2, err  # INT4's step at a raised scale: coarse, never saturated or NaN
+    assert (scale[scale > 0] >= 2.0**-126).all()

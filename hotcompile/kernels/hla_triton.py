@@ -27,7 +27,7 @@ import triton.language as tl
 from hotcompile import numerics
 from hotcompile.hla import patch_side
 from hotcompile.kernels import dispatch, scratch
-from hotcompile.kernels.rounding import ROUNDING_CODES, codes, sawb_scale
+from hotcompile.kernels.rounding import ROUNDING_CODES, codes, normal_scale, sawb_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, code_dtype, qmax
 
 #: ``rows=()`` (no HLA): every position of a block, untransformed — the plain rows of x in
@@ -265,6 +265,7 @@ def _hla_quant_kernel(
             scale = sawb_scale(amax, tl.load(stats_ptr), tl.load(stats_ptr + 1), numel, QMAX)
         else:
             scale = amax * INV_Q
+        scale = normal_scale(scale)
         if (pid_b == 0) & (pid_d == 0):
             tl.store(scale_ptr, scale)
         k = tl.arange(0, RP)

@@ -4,8 +4,8 @@
 of ``Ĝ = g_y·(I ⊗ H16)`` (float8_e4m3fn for ``torch._scaled_mm`` or int8) and their fp32
 scales. Per program: a block of rows, the 16-block butterfly in float32 in the order of
 ``hotcompile.hadamard.fwht_last``, the row max-abs, then the rounding of
-``hotcompile.quant.quantize`` (true division, NITI rule, round-half-even). Codes and scales
-are bit-identical to the CPU reference for ``nearest`` and ``pseudo_stochastic``.
+``hotcompile.quant.quantize`` (times the scale's reciprocal, NITI rule, round-half-even).
+Codes and scales are bit-identical to the CPU reference for ``nearest`` and ``pseudo_stochastic``.
 
 - per-token: one launch. When O (padded to 16, then to a power of two) fits one tile, each
   row block is loaded once and kept in registers; otherwise the row block is walked twice
@@ -24,7 +24,7 @@ import triton.language as tl
 from hotcompile import lqs, numerics
 from hotcompile.kernels import dispatch, hq_cuda, scratch
 from hotcompile.kernels.hla_triton import hla_quantize as _hla_quantize
-from hotcompile.kernels.rounding import ROUNDING_CODES, codes, sawb_scale
+from hotcompile.kernels.rounding import ROUNDING_CODES, codes, normal_scale, sawb_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, has_fp8_gemm, qmax
 
 #: roundings the ops path's ``hq_grad_input_cuda`` runs through this kernel; FP8-e4m3 values
@@ -146,7 +146,7 @@ def _hq_quant_kernel(
                 tl.atomic_add(stats_ptr, tl.sum(ssq, axis=0))
                 tl.atomic_add(stats_ptr + 1, tl.sum(sab, axis=0))
         else:
-            scale = bits.to(tl.float32, bitcast=True) * INV_Q
+            scale = normal_scale(bits.to(tl.float32, bitcast=True) * INV_Q)
             tl.store(scale_ptr + rows, scale, mask=rows < L_OUT)
             s = scale[:, None]
     else:
@@ -155,6 +155,7 @@ def _hq_quant_kernel(
             scale = sawb_scale(amax, tl.load(stats_ptr), tl.load(stats_ptr + 1), numel, QMAX)
         else:
             scale = amax * INV_Q
+        scale = normal_scale(scale)
         if pid == 0:
             tl.store(scale_ptr, scale)
         s = scale

@@ -1,7 +1,7 @@
 """The rounding and scale rules of ``hotcompile.quant`` as Triton helpers, shared by every
 quantize kernel.
 
-Bit-exactness with the reference hinges on these few lines (IEEE division by the scale,
+Bit-exactness with the reference hinges on these few lines (the scale's IEEE reciprocal,
 round-half-even, NITI's pseudo-stochastic rule, SAWB's clipping), so they exist once.
 """
 
@@ -10,9 +10,10 @@ import os
 import triton
 import triton.language as tl
 
-from hotcompile.quant import FP8_E4M3
+from hotcompile.quant import FP8_E4M3, MIN_NORMAL
 
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
+_MIN_NORMAL = tl.constexpr(MIN_NORMAL)
 #: FP8 codes: on a GPU the float32 -> e4m3 conversion of the kernels' stores rounds to nearest,
 #: ties to even (``cvt.rn.satfinite`` on sm_89+), as torch's cast does, so :func:`codes` leaves
 #: it to the store; Triton's CPU interpreter converts otherwise, so there it rounds by hand
@@ -46,15 +47,24 @@ def _e4m3_rne(v):
 
 
 @triton.jit
+def normal_scale(s):
+    """``hotcompile.quant.normal_scale``: a positive scale raised to the smallest normal
+    float32, so its reciprocal is finite; 0, NaN and Inf unchanged."""
+    return tl.where(s > 0.0, tl.maximum(s, _MIN_NORMAL), s)
+
+
+@triton.jit
 def codes(x, s, offs, seed, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr):
-    """Codes (float32) of ``x / s`` with the rounding of ``hotcompile.quant``: INT-grid
+    """Codes (float32) of ``x · (1/s)`` with the rounding of ``hotcompile.quant``: INT-grid
     integers, or (``ROUNDING == FP8``, QMAX 448) the scaled values clamped to ±448, to be
     rounded to the nearest e4m3 value, ties to even, as torch's cast rounds them — by the
     caller's store into an e4m3 tensor on a GPU, here under Triton's interpreter
     (``_E4M3_BY_HAND``). Every caller stores FP8 codes into float8_e4m3fn."""
     ok = (s > 0.0) & (s <= _FLT_MAX)
-    safe = tl.where(ok, s, 1.0)
-    v = tl.math.div_rn(x, safe)  # IEEE division, like torch's x / s
+    # one IEEE division per scale (per row, or per tensor), one multiply per element, as
+    # hotcompile.quant.inverse: a division per element made the passes ALU-bound
+    inv = tl.math.div_rn(1.0, tl.where(ok, s, 1.0))
+    v = x * inv
     v = tl.where(v != v, 0.0, v)
     if ROUNDING == FP8:
         v = tl.minimum(tl.maximum(v, QMAX * -1.0), QMAX * 1.0)

@@ -9,10 +9,11 @@ default takes HOT's path only where it is measured faster:
 - :func:`measure` (CUDA): both backwards of the layer's shape on random data, each captured in
   a CUDA graph and replayed (device time only: the compiled step launches from inductor's
   wrapper or a graph, not from Python), median of several replays. HOT's side is the native
-  path (:mod:`hotcompile.lowering.hot`) with the layer's settings, its forward compression
-  included. Cached per (GPU, torch, shape, settings) in memory and in
-  ``~/.cache/hotcompile/gate.json`` (``HOTCOMPILE_CACHE`` moves it), so a shape is timed once
-  per machine.
+  path (:mod:`hotcompile.lowering.hot`) with the layer's settings, its forward work included
+  (ABC of x, the weight's codes); the exact side casts its g_w to the weight's dtype, as
+  autograd does under autocast (:func:`_bf16_fn`). Cached per (GPU, torch, shape, settings)
+  in memory and in ``~/.cache/hotcompile/gate.json`` (``HOTCOMPILE_CACHE`` moves it), so a
+  shape is timed once per machine.
 - :func:`estimate` (no GPU, e.g. ``hotcompile report`` on meta tensors): a roofline model with
   the H100 rates measured in ``shared/docs/hopper-gemm.md`` (bf16 ~700 TFLOP/s, FP8 ~1150,
   INT8 ~700 on large shapes; ~1.8 TB/s for the quantize passes, as measured; a few µs per kernel).
@@ -67,8 +68,10 @@ class Speed:
 
 
 #: part of every cached measurement's key: bumped when HOT's kernels change speed, so that a
-#: gate.json written by an older hotcompile is measured afresh (2: g_y's shared max-abs)
-MEASURE_VERSION = 2
+#: gate.json written by an older hotcompile is measured afresh (2: g_y's shared max-abs;
+#: 3: codes times the scale's reciprocal, the weight quantized in the forward from its GEMM
+#: copy, the bf16 side's cast of g_w to the weight's dtype)
+MEASURE_VERSION = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +96,7 @@ class Shape:
     need_gx: bool = True
     need_gw: bool = True
     dtype: str = "bfloat16"
+    wdtype: str = "float32"
 
     def key(self, device_name: str) -> str:
         head = f"{device_name}|{torch.__version__}|v{MEASURE_VERSION}|"
@@ -131,13 +135,15 @@ def estimate(s: Shape) -> Speed:
     bf16 = (_gemm_us(L, I, O, "bf16") if s.need_gx else 0.0) + (
         _gemm_us(O, I, L, "bf16") if s.need_gw else 0.0
     )
+    if s.need_gw and s.wdtype != s.dtype:  # autograd casts the GEMM's g_w to the weight's
+        bf16 += _pass_us(O * I * 6)
     hot = 0.0
     if s.need_gx:
         kind = "fp8" if s.gx_bits == 4 or "fp8" in s.rounding else "int8"
         hot += _gemm_us(L, I, O, kind) if s.gx_bits else _gemm_us(L, I, O, "bf16")
         if s.gx_bits:
             hot += _pass_us(L * O * 3, 1 if s.per_token else 2)  # read bf16 g_y, write codes
-            hot += _pass_us(O * I * 9, 2)  # the weight: two reads (fp32), codes
+            hot += _pass_us(O * I * 5, 2)  # the weight's GEMM copy: two reads (bf16), codes
     if s.need_gw:
         r = len(s.rows)
         k = L * r // 16 if r else L
@@ -218,10 +224,14 @@ def _graph_us(fn, reps: int = 5, inner: int = 3) -> float:
 
 
 def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
+    """HOT's side of one layer as the compiled step runs it: the forward's weight codes (from
+    the weight's copy in g_y's dtype, which the forward's GEMM makes either way) and ABC of x,
+    then the backward's g_x and g_w, g_w cast to the weight's dtype as autograd does."""
     from hotcompile.lowering import hot
 
     gy3 = gy.view(s.N, s.S, s.O)
     x3 = x.view(s.N, s.S, s.I)
+    wb = w.to(gy.dtype)
     signs = torch.ones((s.N, s.S, 1), device=x.device, dtype=x.dtype) if s.signs else None
 
     # as the backward does (autograd._shares_gy_amax): HQ's kernel takes g_y's max-abs for
@@ -233,15 +243,35 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
         out, amax = [], None
         if s.need_gx:
             if s.gx_bits:
-                gx, amax = hot.grad_input_amax(gy, w, s.gx_bits, s.per_token, s.rounding,
-                                               s.weight_scale, share)  # fmt: skip
+                wq, sw = hot.weight_codes(wb, s.gx_bits, s.rounding, s.weight_scale)
+                gx, amax = hot.grad_input_codes(gy, wq, sw, s.gx_bits, s.per_token, s.rounding,
+                                                share)  # fmt: skip
                 out.append(gx)
             else:
-                out.append(gy @ w.to(gy.dtype))
+                out.append(gy @ wb)
         if s.need_gw:
             xq, sx = hot.compress(x3, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs)
-            out.append(hot.grad_weight(gy3, xq, sx, s.grid_w, s.rows, s.gw_bits,
-                                       s.gw_rounding, signs, amax))  # fmt: skip
+            gw = hot.grad_weight(gy3, xq, sx, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs,
+                                 amax)  # fmt: skip
+            out.append(gw.to(w.dtype))
+        return out
+
+    return run
+
+
+def _bf16_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
+    """The exact backward as the compiled step runs it: the two GEMMs in g_y's dtype, g_w then
+    cast to the weight's dtype (autocast's fp32 master weight: a pass over O×I that inductor
+    cannot fuse into cuBLAS's GEMM; the Llama's inductor step spends ~39 µs per gate/up/down
+    layer on it, ``bench_train_profiles/profile_llama_inductor.txt``)."""
+    wb = w.to(gy.dtype)
+
+    def run():
+        out = []
+        if s.need_gx:
+            out.append(torch.mm(gy, wb))
+        if s.need_gw:
+            out.append(torch.mm(gy.t(), x).to(w.dtype))
         return out
 
     return run
@@ -260,16 +290,9 @@ def measure(s: Shape, device: torch.device) -> Speed:
         with torch.cuda.device(device):
             gy = torch.randn((s.L, s.O), device=device, dtype=dtype, generator=gen)
             x = torch.randn((s.L, s.I), device=device, dtype=dtype, generator=gen)
-            w = torch.randn((s.O, s.I), device=device, dtype=torch.float32, generator=gen)
-            wb = w.to(dtype)
-
-            def bf16():
-                if s.need_gx:
-                    torch.mm(gy, wb)
-                if s.need_gw:
-                    torch.mm(gy.t(), x)
-
-            speed = Speed(_graph_us(bf16), _graph_us(_hot_fn(s, gy, w, x)), "measured")
+            w = torch.randn((s.O, s.I), device=device, generator=gen).to(getattr(torch, s.wdtype))
+            bf16, hot = _bf16_fn(s, gy, w, x), _hot_fn(s, gy, w, x)
+            speed = Speed(_graph_us(bf16), _graph_us(hot), "measured")
         _store(key, speed)
         return speed
 

@@ -157,6 +157,27 @@ def _int_mm_ok(m: int, k: int, n: int, device: torch.device) -> bool:
     return device.type == "cpu" or (m > 16 and k % 8 == 0 and n % 8 == 0 and k > 0)
 
 
+def gx_codes_fp8(I: int, bits: int, rounding: str, device: torch.device) -> bool:
+    """Whether the g_x GEMM runs on FP8 (``torch._scaled_mm``): INT4-grid codes or FP8 values,
+    I a multiple of 16, a device with FP8 GEMMs."""
+    return (bits == 4 or rounding == FP8_E4M3) and _fp8_ok(I) and has_fp8_gemm(device)
+
+
+def weight_codes(
+    w: torch.Tensor, bits: int, rounding: str, weight_scale: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """HQ's weight operand for :func:`grad_input_codes`: ``Q(B_O·W)`` K-major ``[I, O_pad]``
+    (e4m3 where the g_x GEMM is FP8) and its fp32 scale.
+
+    The autograd Function calls it in the *forward*, on the weight as the forward's GEMM reads
+    it (the autocast copy, which the forward makes anyway), and saves the codes: one byte per
+    weight, where autocast's bf16 backward saves the two-byte copy, and the backward no longer
+    reads the fp32 master weight twice (gate/up of the benchmark's Llama: 68 µs,
+    ``tools/results/plain_gw_h100.md``)."""
+    fp8 = gx_codes_fp8(w.shape[1], bits, rounding, w.device) or rounding == FP8_E4M3
+    return quantize_weight(w, bits, weight_scale, fp8, rounding)
+
+
 def grad_input(*args: Any) -> torch.Tensor:
     """HQ g_x ``[L, I]`` alone: :func:`grad_input_amax` ``(gy2, w, bits, per_token, rounding,
     weight_scale)`` without the max-abs."""
@@ -172,8 +193,24 @@ def grad_input_amax(
     weight_scale: str,
     raw_amax: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """HQ g_x ``[L, I]`` in gy's dtype: ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``; and with ``raw_amax``
-    on CUDA g_y's own max-abs bits, taken by the same kernel (:func:`quantize_gy`), else None.
+    """HQ g_x ``[L, I]`` from the weight itself: :func:`weight_codes`, then
+    :func:`grad_input_codes`."""
+    wq, sw = weight_codes(w, bits, rounding, weight_scale)
+    return grad_input_codes(gy2, wq, sw, bits, per_token, rounding, raw_amax)
+
+
+def grad_input_codes(
+    gy2: torch.Tensor,
+    wq: torch.Tensor,
+    sw: torch.Tensor,
+    bits: int,
+    per_token: bool,
+    rounding: str,
+    raw_amax: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """HQ g_x ``[L, I]`` in gy's dtype from the weight's codes ``wq [I, O_pad]`` and scale
+    (:func:`weight_codes`): ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``; and with ``raw_amax`` on CUDA g_y's
+    own max-abs bits, taken by the same kernel (:func:`quantize_gy`), else None.
 
     INT4 codes travel as e4m3 (exact) into ``torch._scaled_mm`` with the dequantization as its
     scales (rowwise for per-token); INT8 codes into ``torch._int_mm``; FP8 values
@@ -182,12 +219,11 @@ def grad_input_amax(
     the codes in float32 (exact for INT4: |sum| < 49·O < 2^24; FP8 products are exact and
     accumulate in float32 as the FP8 GEMM does) or float64 (INT8).
     """
-    L, I = gy2.shape[0], w.shape[1]
+    L, I = gy2.shape[0], wq.shape[0]
     fp8_values = rounding == FP8_E4M3
-    fp8 = (bits == 4 or fp8_values) and _fp8_ok(I) and has_fp8_gemm(gy2.device)
+    fp8 = gx_codes_fp8(I, bits, rounding, gy2.device)
     pad = 16 if fp8 else 1
     gq, sg, raw = quantize_gy(gy2, bits, per_token, rounding, fp8 or fp8_values, pad, raw_amax)
-    wq, sw = quantize_weight(w, bits, weight_scale, fp8 or fp8_values, rounding)  # [I, O_pad]
     s_w = sw / 16
     if fp8:
         if per_token:
