@@ -94,9 +94,12 @@ def probe(name: str, L: int, O: int, I: int, N: int, recipe: str) -> dict:  # no
 def run_one(label: str) -> None:
     import torch
 
+    import hotcompile
+
     for shape in SHAPES:
         r = probe(*shape)
         r["version"] = label
+        r["module"] = hotcompile.__file__
         print(json.dumps(r), flush=True)
         torch.cuda.empty_cache()
 
