@@ -296,6 +296,40 @@ def test_gate_leaves_ops_layers_and_gates_convs() -> None:
     assert speed is not None and speed.source == "model" and why.startswith("speed:")
 
 
+def test_gate_charges_the_exact_side_with_autograds_cast_of_g_w(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under autocast an exact layer's g_w comes out of the GEMM in bf16 and autograd casts it
+    to the fp32 master weight's dtype (a kernel of its own); HOT's g_w GEMM writes fp32. The
+    gate's model counts that cast where the weight's dtype differs (a bf16 model: no cast),
+    and the rewrite hands the gate the weight's dtype."""
+    import importlib
+
+    from hotcompile.autograd import LayerSpec
+
+    rewrite = importlib.import_module("hotcompile.passes.rewrite")  # the module, not the pass
+    up = dict(L=8192, O=8192, I=2048, N=4, S=2048)
+    fp32_w = gate.estimate(gate.Shape(**up))
+    bf16_w = gate.estimate(gate.Shape(**up, wdtype="bfloat16"))
+    assert fp32_w.bf16_us > bf16_w.bf16_us and fp32_w.hot_us == bf16_w.hot_us
+    no_gw = gate.estimate(gate.Shape(**up, need_gw=False))
+    assert no_gw.bf16_us < bf16_w.bf16_us  # the cast belongs to g_w only
+
+    seen = []
+    real = rewrite.decide
+
+    def spy(shape, device):
+        seen.append(shape)
+        return real(shape, device)
+
+    x = torch.empty(4, 16, 32, device="meta", requires_grad=True)
+    monkeypatch.setattr(rewrite, "decide", spy)
+    spec = LayerSpec("l", lowering="native")
+    rewrite._gate(spec, "linear", x, 48, True, "fp8", torch.bfloat16)
+    rewrite._gate(spec, "linear", x, 48, True)
+    assert [s.wdtype for s in seen] == ["bfloat16", "float32"]
+
+
 TRITON_OPS_CHECK = """
 import torch
 from hotcompile.lowering import triton_ops
