@@ -263,7 +263,7 @@ def grad_weight(
     """HLA g_w ``[O, I]`` float32 from ``gy3 [N, S, O]`` and the saved ``xq [R, I]``
     (column-major, as :func:`compress` returns it): ``s_g·s_x·(g̃qᵀ·x̃q)/16`` (no /16 without
     HLA), times n/r with signs (the unbiasing factor of ``hla_signs``). ``gy_amax``: g_y's
-    max-abs bits from :func:`grad_input_amax` (plain rows only)."""
+    max-abs bits from :func:`grad_input_codes` (plain rows only)."""
     O, I = gy3.shape[-1], xq.shape[1]
     if gy3.numel() == 0 or xq.shape[0] == 0:  # no tokens: nothing to sum
         return gy3.new_zeros((O, I), dtype=torch.float32)
