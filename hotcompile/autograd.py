@@ -298,7 +298,9 @@ def _native_compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows, weight: to
     if spec.gw_bits is None:  # unquantized HLA: no op layer to bypass, the ops path's own
         return _compress(spec, x3, grid_w, rows, weight)
     signs = _signs(spec, rows, x3, weight)
-    out = native.compress(x3, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs)
+    out = native.compress(
+        x3, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs, inductor=True
+    )
     return out if signs is None else (*out, signs)
 
 

@@ -30,6 +30,19 @@ class MLP(nn.Module):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
+class SwiGLU(nn.Module):
+    """A Llama MLP: gate and up read the same x."""
+
+    def __init__(self, d: int = 32, h: int = 64) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d, h, bias=False)
+        self.up = nn.Linear(d, h, bias=False)
+        self.down = nn.Linear(h, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+
 def _grads(options: dict, x: torch.Tensor, seed: int = 0) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
     model = MLP()
@@ -124,7 +137,7 @@ def test_native_backward_holds_no_opaque_op() -> None:
 
 
 def saved_by_forward(
-    options: dict, autocast: bool, device: str = "cpu"
+    options: dict, autocast: bool, device: str = "cpu", model: type[nn.Module] | None = None
 ) -> list[tuple[tuple, torch.dtype]]:
     """(shape, dtype) of what the forward saves for the backward (the backward graph's
     inputs other than tangents) of the MLP compiled with inductor's decompositions + min-cut.
@@ -155,7 +168,8 @@ def saved_by_forward(
     torch.manual_seed(0)
     x = torch.randn(2, 40, 32, device=device, requires_grad=True)  # 80 tokens: no shape clash
     with torch.autocast(device, torch.bfloat16, enabled=autocast):
-        torch.compile(MLP().to(device), backend=compiler)(x).float().sum().backward()
+        net = (model or MLP)().to(device)
+        torch.compile(net, backend=compiler)(x).float().sum().backward()
     return saved
 
 
@@ -456,3 +470,19 @@ def test_fp8_gx_option_trains_through_both_lowerings() -> None:
     assert all("FP8" in r["g_x"] for r in rows), rows
     with pytest.raises(HotConfigError, match="gx_bits=8"):
         HotConfig(gx_format="fp8")
+
+
+def test_layers_reading_one_x_save_one_set_of_its_codes() -> None:
+    """Gate and up read the same x: their ABC is the same ATen on the same tensor, so the
+    forward computes and saves x's codes once (the graph's common-subexpression elimination),
+    where a Llama's bf16 backward saves x once too. (Down's codes the partitioner may save or
+    re-derive in the backward from gate's and up's outputs, which the backward reads anyway:
+    on the CPU it re-derives them.)"""
+    opts = {"recipe": "text", "prefer": "paper", "lowering": "native"}
+    saved = saved_by_forward(opts, True, "cpu", SwiGLU)
+    e4m3 = [shape for shape, dt in saved if dt == torch.float8_e4m3fn]
+    assert e4m3.count((80, 32)) == 1 and e4m3.count((80, 64)) <= 1, saved
+    assert (
+        saved_by_forward({"exact": True}, True, "cpu", SwiGLU).count(((80, 32), torch.bfloat16))
+        == 1
+    )  # the exact backward's one copy of x, which the codes replace

@@ -289,6 +289,26 @@ def grad_weight(
     return gw if signs is None else gw * (16 / len(rows))
 
 
+def plain_codes(x3: torch.Tensor, bits: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The plain rows of ``x3 [N, S, D]`` quantized per tensor, written as ATen for inductor:
+    K-major codes ``[D, R]`` in the layout of the CUDA kernel (each sample's S rows padded
+    with zero rows to a multiple of 16, ``R = N·padded(S, 16)``) and the fp32 scale.
+
+    The mathematics is the reference's own :func:`hotcompile.quant.quantize` (max-abs, the
+    scale's reciprocal, the rounding, the cast); what changes is who runs it. As graph nodes
+    inductor generates it: the max-abs becomes a reduction it can fuse into the kernel that
+    produces x (the SwiGLU product feeding a Llama's ``down_proj``), the codes one pass with a
+    transposed store, and layers that read the same x (q/k/v, gate/up) share one max-abs and
+    one set of codes through the graph's common-subexpression elimination, where the
+    ``triton_op`` kernel made two passes over x per layer."""
+    N, S, D = x3.shape
+    Sp = padded(S, 16)
+    if Sp != S:
+        x3 = torch.nn.functional.pad(x3, (0, 0, 0, Sp - S))
+    q, s = quantize(x3.reshape(N * Sp, D), bits, False, rounding, "maxabs")
+    return q.t().contiguous(), s
+
+
 def compress(
     x3: torch.Tensor,
     grid_w: int,
@@ -296,8 +316,17 @@ def compress(
     bits: int,
     rounding: str,
     signs: torch.Tensor | None,
+    inductor: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ABC: the forward's saved ``Q(T·x)`` as ``[R, D]`` column-major (K-major for the g_w
-    GEMM) and its scale — :func:`hotcompile.ops.abc_compress` without the op layer."""
-    codes, scale = hla_codes(x3, grid_w, rows, bits, rounding, signs)
+    GEMM) and its scale — :func:`hotcompile.ops.abc_compress` without the op layer.
+
+    ``inductor``: the caller is being traced for inductor (the autograd Function's forward):
+    plain rows on CUDA are then written as ATen (:func:`plain_codes`) for inductor to fuse and
+    share; HLA's transforms and eager callers (the speed gate) keep the fused kernel."""
+    generated = inductor and signs is None and plain_rows(grid_w, rows, False)
+    if generated and use_triton(x3) and x3.numel() > 0:
+        codes, scale = plain_codes(x3, bits, rounding)
+    else:
+        codes, scale = hla_codes(x3, grid_w, rows, bits, rounding, signs)
     return codes.t(), scale
