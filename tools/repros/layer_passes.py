@@ -107,12 +107,12 @@ def probe(name: str, L: int, O: int, I: int, N: int, recipe: str) -> dict:  # no
     return r
 
 
-def run_one(label: str) -> None:
+def run_one(label: str, only: str = "") -> None:
     import torch
 
     import hotcompile
 
-    for shape in SHAPES:
+    for shape in [s for s in SHAPES if s[0].startswith(only)]:
         r = probe(*shape)
         r["version"] = label
         r["module"] = hotcompile.__file__
@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", help="measure the hotcompile on sys.path, label its rows so")
     ap.add_argument("--versions", nargs="*", default=[], help="LABEL=TREE (a repository root)")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--only", default="", help="layers whose name starts with this (e.g. llama)")
     ap.add_argument("--markdown", help="rewrite the markdown of this layer_passes.json")
     a = ap.parse_args(argv)
     if a.markdown:
@@ -189,14 +190,14 @@ def main(argv: list[str] | None = None) -> int:
         (pathlib.Path(a.markdown).with_suffix(".md")).write_text(markdown(rows, data))
         return 0
     if a.one:
-        run_one(a.one)
+        run_one(a.one, a.only)
         return 0
     rows, trees = [], {}
     for spec in a.versions:
         label, tree = spec.split("=", 1)
         trees[label] = tree
         env = {**os.environ, "PYTHONPATH": os.path.abspath(tree), "HOTCOMPILE_CACHE": "/tmp/hc"}
-        p = subprocess.run([sys.executable, __file__, "--one", label], env=env,
+        p = subprocess.run([sys.executable, __file__, "--one", label, "--only", a.only], env=env,
                            capture_output=True, text=True, check=False)  # fmt: skip
         if p.returncode:
             print(p.stderr[-4000:])
