@@ -279,58 +279,29 @@ def test_native_forward_saves_the_weights_codes_not_the_weight() -> None:
     assert {s[0] for s in saved if s[1] in eight_bit} & both, saved
 
 
-@pytest.mark.parametrize("rounding", ["fp8_e4m3", "pseudo_stochastic"])
-def test_generated_abc_codes_equal_the_kernels(rounding: str) -> None:
-    """The plain rows' ABC as the forward writes it for inductor (ATen: the reference's
-    quantize, each sample padded to 16 rows) gives the fused kernel's bytes — eagerly and as
-    inductor's generated code (its reciprocal and cast round as the kernel's do). S = 300 pads;
-    columns from 1e-3 to 10 reach e4m3's subnormals."""
-    torch.manual_seed(0)
-    x = (torch.randn(4, 300, 256) * torch.logspace(-3, 1, 256)).cuda().bfloat16()
-    want = hot.compress(x, 0, (), 8, rounding, None)
-    eager = hot.compress(x, 0, (), 8, rounding, None, inductor=True)
-    torch._dynamo.reset()
-    compiled = torch.compile(lambda t: hot.compress(t, 0, (), 8, rounding, None, inductor=True))
-    for codes, scale in (eager, compiled(x)):
-        assert codes.shape == want[0].shape and codes.stride() == want[0].stride()
-        assert codes.dtype == want[0].dtype
-        assert torch.equal(codes.float(), want[0].float()) and torch.equal(scale, want[1])
-
-
-def test_text_recipe_abc_is_generated_and_shared_by_layers_reading_one_x() -> None:
-    """The text recipe's ABC (plain rows, one FP8 scale) is inductor's code, not the fused
-    kernel: the forward launches ``_hla_quant_kernel`` only for the three weights' codes (two
-    passes each); gate and up, which read the same x, save one set of its codes (each sample's
-    40 rows padded to 48; down's the partitioner may save or re-derive from gate's and up's
-    outputs); and the gradients are the ops path's (the reference) to the FP8 GEMM's
-    accumulation."""
-    from test_lowering import SwiGLU, saved_by_forward
+def test_gradient_feeding_both_kernels_is_written_once() -> None:
+    """A SwiGLU's gate and up take HOT (text recipe): their g_y comes from the SwiGLU's
+    backward kernel, and HOT's two kernels (HQ for g_x, the g_w codes) read it. Each reads
+    the same buffer: no generated kernel stores one value twice (HQ's kernel took an [L, O]
+    view, which inductor realized as a second copy: 4 stores in place of 2 in the Llama's
+    SwiGLU backward, +92 µs a layer pair on the H100)."""
+    from test_lowering import SwiGLU
     from torch._inductor.utils import run_and_get_code
 
-    opts = {"recipe": "text", "prefer": "paper"}
-    saved = saved_by_forward({**opts, "lowering": "native"}, True, "cuda", SwiGLU)
-    e4m3 = [shape for shape, dt in saved if dt == torch.float8_e4m3fn]
-    assert e4m3.count((96, 32)) == 1 and e4m3.count((96, 64)) <= 1, saved
+    torch.manual_seed(0)
+    model = SwiGLU(256, 512).cuda()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="hot", options={"recipe": "text", "prefer": "paper"})
+    x = torch.randn(4, 64, 256, device="cuda")
 
-    x = torch.randn(2, 40, 32, device="cuda")
+    def step():
+        with torch.autocast("cuda", torch.bfloat16):
+            out = compiled(x)
+        out.float().square().sum().backward()
 
-    def run(options: dict) -> tuple[dict[str, torch.Tensor], list[str]]:
-        torch.manual_seed(0)
-        model = SwiGLU().cuda()
-        torch._dynamo.reset()
-        compiled = torch.compile(model, backend="hot", options=options)
-
-        def step():
-            with torch.autocast("cuda", torch.bfloat16):
-                out = compiled(x)
-            out.float().square().sum().backward()
-
-        _, codes = run_and_get_code(step)
-        return {n: p.grad.clone() for n, p in model.named_parameters()}, codes
-
-    nat, codes = run({**opts, "lowering": "native"})
-    launches = re.findall(r"_hla_quant_kernel\w*\.run\(", codes[0])
-    assert len(launches) == 6, codes[0]
-    ops, _ = run({**opts, "lowering": "ops"})
-    for k in nat:
-        assert ((nat[k] - ops[k]).norm() / ops[k].norm()).item() < 2e-2, k
+    _, codes = run_and_get_code(step)
+    src = "\n".join(codes)
+    assert "_hq_quant_kernel" in src and "silu" in src
+    for name, body in re.findall(r"@triton.jit\ndef (triton_\w+)\(.*?\):\n(.*?)'''", src, re.S):
+        stored = re.findall(r"tl\.store\([^,]+, (\w+)", body)
+        assert len(stored) == len(set(stored)), (name, stored)

@@ -81,12 +81,15 @@ def quantize_gy(
     """HQ's g_y operand: codes of ``g_y·B_O`` ``[padded(L, pad_rows_to), padded(O, 16)]``
     (e4m3 when ``fp8``, else int8) and fp32 scales ``[L_out]`` (per token) or ``[1]``; third,
     with ``raw_amax`` on CUDA, an int32 word with the max-abs bits of g_y itself (taken in the
-    same pass, for :func:`hla_codes`' ``amax``), else None."""
+    same pass, for :func:`hla_codes`' ``amax``), else None. ``gy``: ``[..., O]``, its rows
+    being all leading dimensions (on CUDA passed to the kernel as it is, see
+    ``triton_ops.hq_quantize``)."""
     if use_triton(gy):
         q, s, raw = _triton_ops().hq_quantize(
             _plain(gy), bits, per_token, rounding, fp8, pad_rows_to, raw_amax
         )
         return q, s, (raw if raw_amax else None)
+    gy = gy.reshape(-1, gy.shape[-1])
     q, s = quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding, "maxabs")
     rows = padded(gy.shape[0], pad_rows_to) - gy.shape[0]
     if rows:
@@ -210,7 +213,8 @@ def grad_input_codes(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """HQ g_x ``[L, I]`` in gy's dtype from the weight's codes ``wq [I, O_pad]`` and scale
     (:func:`weight_codes`): ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``; and with ``raw_amax`` on CUDA g_y's
-    own max-abs bits, taken by the same kernel (:func:`quantize_gy`), else None.
+    own max-abs bits, taken by the same kernel (:func:`quantize_gy`), else None. ``gy2``:
+    ``[L, O]`` or ``[..., O]`` (L = all leading dimensions).
 
     INT4 codes travel as e4m3 (exact) into ``torch._scaled_mm`` with the dequantization as its
     scales (rowwise for per-token); INT8 codes into ``torch._int_mm``; FP8 values
@@ -219,7 +223,7 @@ def grad_input_codes(
     the codes in float32 (exact for INT4: |sum| < 49·O < 2^24; FP8 products are exact and
     accumulate in float32 as the FP8 GEMM does) or float64 (INT8).
     """
-    L, I = gy2.shape[0], wq.shape[0]
+    L, I = gy2.numel() // gy2.shape[-1], wq.shape[0]
     fp8_values = rounding == FP8_E4M3
     fp8 = gx_codes_fp8(I, bits, rounding, gy2.device)
     pad = 16 if fp8 else 1
@@ -289,26 +293,6 @@ def grad_weight(
     return gw if signs is None else gw * (16 / len(rows))
 
 
-def plain_codes(x3: torch.Tensor, bits: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The plain rows of ``x3 [N, S, D]`` quantized per tensor, written as ATen for inductor:
-    K-major codes ``[D, R]`` in the layout of the CUDA kernel (each sample's S rows padded
-    with zero rows to a multiple of 16, ``R = N·padded(S, 16)``) and the fp32 scale.
-
-    The mathematics is the reference's own :func:`hotcompile.quant.quantize` (max-abs, the
-    scale's reciprocal, the rounding, the cast); what changes is who runs it. As graph nodes
-    inductor generates it: the max-abs becomes a reduction it can fuse into the kernel that
-    produces x (the SwiGLU product feeding a Llama's ``down_proj``), the codes one pass with a
-    transposed store, and layers that read the same x (q/k/v, gate/up) share one max-abs and
-    one set of codes through the graph's common-subexpression elimination, where the
-    ``triton_op`` kernel made two passes over x per layer."""
-    N, S, D = x3.shape
-    Sp = padded(S, 16)
-    if Sp != S:
-        x3 = torch.nn.functional.pad(x3, (0, 0, 0, Sp - S))
-    q, s = quantize(x3.reshape(N * Sp, D), bits, False, rounding, "maxabs")
-    return q.t().contiguous(), s
-
-
 def compress(
     x3: torch.Tensor,
     grid_w: int,
@@ -316,17 +300,8 @@ def compress(
     bits: int,
     rounding: str,
     signs: torch.Tensor | None,
-    inductor: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ABC: the forward's saved ``Q(T·x)`` as ``[R, D]`` column-major (K-major for the g_w
-    GEMM) and its scale — :func:`hotcompile.ops.abc_compress` without the op layer.
-
-    ``inductor``: the caller is being traced for inductor (the autograd Function's forward):
-    plain rows on CUDA are then written as ATen (:func:`plain_codes`) for inductor to fuse and
-    share; HLA's transforms and eager callers (the speed gate) keep the fused kernel."""
-    generated = inductor and signs is None and plain_rows(grid_w, rows, False)
-    if generated and use_triton(x3) and x3.numel() > 0:
-        codes, scale = plain_codes(x3, bits, rounding)
-    else:
-        codes, scale = hla_codes(x3, grid_w, rows, bits, rounding, signs)
+    GEMM) and its scale — :func:`hotcompile.ops.abc_compress` without the op layer."""
+    codes, scale = hla_codes(x3, grid_w, rows, bits, rounding, signs)
     return codes.t(), scale

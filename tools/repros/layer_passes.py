@@ -85,22 +85,6 @@ def probe(name: str, L: int, O: int, I: int, N: int, recipe: str) -> dict:  # no
     else:
         r["g_w codes of g_y"] = T(lambda: hot.hla_codes(gy3, 0, rows, 8, FP8, None))
     r["ABC x"] = T(lambda: hot.compress(x3, 0, rows, 8, FP8, None))
-    if text and hasattr(hot, "plain_codes"):  # the ATen formulation, as inductor compiles it
-        gen = torch.compile(lambda t: hot.plain_codes(t, 8, FP8))
-        gen(x3)
-        r["ABC x generated"] = T(lambda: gen(x3))
-        if name == "llama.down":  # fused into the SwiGLU product that produces x, or not
-            a_, b_ = torch.randn_like(x), torch.randn_like(x)
-            swiglu = torch.compile(lambda p, q: torch.nn.functional.silu(p) * q)
-
-            def with_codes(p, q):
-                y = torch.nn.functional.silu(p) * q
-                return y, hot.plain_codes(y.view(N, L // N, I), 8, FP8)
-
-            fused = torch.compile(with_codes)
-            swiglu(a_, b_), fused(a_, b_)
-            r["SwiGLU product"] = T(lambda: swiglu(a_, b_))
-            r["SwiGLU product + generated ABC"] = T(lambda: fused(a_, b_))
     r["weight codes from fp32"] = T(lambda: hot.quantize_weight(w, bits, wscale, True, rounding))
     r["weight codes from bf16"] = T(lambda: hot.quantize_weight(wb, bits, wscale, True, rounding))
     r["floor: one pass over g_y (µs)"] = L * O * 3 / 3.0e12 * 1e6
@@ -153,17 +137,6 @@ def markdown(rows: list[dict], meta: dict) -> str:
             f"| {ra['ABC x']:.0f} → {rb['ABC x']:.0f} "
             f"| {rb['weight codes from fp32']:.0f} → {rb['weight codes from bf16']:.0f} |"
         )
-    gen = [(n, by[(b, n)]) for n in layers if "ABC x generated" in by[(b, n)]]
-    if gen:
-        out += ["", f"ABC of x written as ATen for inductor (`{b}`, `hot.plain_codes` compiled) "
-                "against the fused kernel, µs:", "",
-                "| layer | kernel (2 passes) | generated | SwiGLU product | + generated ABC |",
-                "|---|---|---|---|---|"]  # fmt: skip
-        for n, r in gen:
-            sw = r.get("SwiGLU product")
-            extra = (f"| {sw:.0f} | {r['SwiGLU product + generated ABC']:.0f} |" if sw
-                     else "| – | – |")  # fmt: skip
-            out.append(f"| {n} | {r['ABC x']:.0f} | {r['ABC x generated']:.0f} {extra}")
     out += [
         "",
         "Pass columns: `old → new` is the same pass in the two versions (the codes kernels' "
