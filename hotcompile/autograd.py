@@ -259,13 +259,12 @@ def _input_grad(
     """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact; and, with
     ``raw_amax`` on the native CUDA path, g_y's max-abs bits from HQ's kernel (else None).
     On the native path ``w2`` is the pair ``(codes, scale)`` the forward quantized
-    (:func:`_native_weight_codes`), and ``gy2`` may be ``[..., O]`` (rows: the leading
-    dimensions)."""
+    (:func:`_native_weight_codes`)."""
     if not spec.gx_quantized:
         return gy2 @ w2.to(gy2.dtype), None
     if spec.lowering == "native":
         wq, sw = w2
-        if gy2.numel() == 0:
+        if gy2.shape[0] == 0:
             return gy2.new_zeros((0, wq.shape[0])), None
         return native.grad_input_codes(
             gy2, wq, sw, spec.gx_bits, spec.per_token, spec.gx_rounding, raw_amax
@@ -380,15 +379,10 @@ class HotLinearFunction(torch.autograd.Function):
         weight = saved.pop(0) if ctx.keep_w else None
         O = gy.shape[-1]
         gy2 = gy.reshape(-1, O)
-        # g_y as the g_w codes' kernel reads it ([N, S, O]); on the native path HQ's kernel
-        # reads the same tensor rather than the [L, O] view, which inductor would realize as
-        # a second copy of g_y (hotcompile.lowering.triton_ops.hq_quantize)
-        gy3 = gy.reshape(*ctx.x3_ns, O) if hasattr(ctx, "x3_ns") else gy
         gx = gw = gb = gy_amax = None
         if ctx.needs_input_grad[0]:
             w2 = w_codes if w_codes is not None else weight
-            rows = gy3 if spec.lowering == "native" and spec.gx_quantized else gy2
-            gx, gy_amax = _input_grad(spec, rows, w2, _shares_gy_amax(spec, ctx))
+            gx, gy_amax = _input_grad(spec, gy2, w2, _shares_gy_amax(spec, ctx))
             gx = gx.reshape(ctx.x_shape).to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
             if spec.gw_exact:
@@ -400,6 +394,7 @@ class HotLinearFunction(torch.autograd.Function):
                 _probe_hla(spec, gy3, x3, grid_w, rows)
                 gw = _weight_grad_dense(spec, gy3, x3, grid_w, rows, weight)
             else:
+                gy3 = gy.reshape(ctx.x3_ns[0], ctx.x3_ns[1], O)
                 if spec.lowering == "native":
                     gw = _native_weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows, gy_amax)
                 else:

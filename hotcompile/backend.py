@@ -30,7 +30,13 @@ import torch
 from hotcompile import eager, lqs
 from hotcompile.config import HotConfig
 from hotcompile.lqs import QUANTIZERS, Plan, PlanEntry
-from hotcompile.passes import LayerPlan, pin_kernel_layouts, rewrite, tag_abc_recompute
+from hotcompile.passes import (
+    LayerPlan,
+    pin_kernel_layouts,
+    realize_kernel_inputs,
+    rewrite,
+    tag_abc_recompute,
+)
 
 log = logging.getLogger("hotcompile")
 
@@ -60,8 +66,8 @@ except ImportError:  # pragma: no cover
 class HotCachePass(_CustomGraphPass):  # type: ignore[misc]
     """The post-grad pass: keys inductor's caches on hotcompile and, in the post-grad graph
     only (the subclass for the joint graph skips it), pins the layouts of the buffers HOT's
-    kernels touch so that comprehensive padding cannot give them stale views
-    (``hotcompile.passes.layout``).
+    kernels touch so that comprehensive padding cannot give them stale views, and has
+    inductor write once a tensor several of HOT's kernels read (``hotcompile.passes.layout``).
 
     It wraps a pass the user already configured, if any (torch 2.11 takes one object per hook).
     """
@@ -75,6 +81,7 @@ class HotCachePass(_CustomGraphPass):  # type: ignore[misc]
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.pin_layouts:
             pin_kernel_layouts(graph)
+            realize_kernel_inputs(graph)
         if self.inner is not None:
             self.inner(graph)
 

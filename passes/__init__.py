@@ -2,7 +2,7 @@
 
 from hotcompile.passes import family
 from hotcompile.passes.abc_recompute import tag_abc_recompute
-from hotcompile.passes.layout import pin_kernel_layouts
+from hotcompile.passes.layout import pin_kernel_layouts, realize_kernel_inputs
 from hotcompile.passes.rewrite import LayerPlan, layer_name, rewrite
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "family",
     "layer_name",
     "pin_kernel_layouts",
+    "realize_kernel_inputs",
     "rewrite",
     "tag_abc_recompute",
 ]

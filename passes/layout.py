@@ -28,6 +28,18 @@ still get padded.
 Verified on the H100 (torch 2.11): with padding on, the one-block GPT-2 of the repro pads 2
 buffers and its gradients were 2.5–310× off without this pass, equal to ``aot_eager``'s
 (5.8e-6) with it (``tools/results/padding_native_h100.md``).
+
+The same pass has inductor write once what two of HOT's kernels read. Inductor lowers a
+user-defined Triton kernel with its inputs at the traced strides
+(``triton_kernel_default_layout_constraint="needs_fixed_stride_order"``): an input that is a
+buffer not yet written (the output of a pointwise kernel inductor has still to generate) is
+given a *copy* of its own at those strides, which inductor fuses into the producer as one more
+store. A gradient that feeds both HQ's kernel (g_x) and the g_w codes' kernel was therefore
+stored twice by its producer — in the Llama's SwiGLU backward, g_gate and g_up each twice:
+315 µs instead of 223 µs per block (``tools/results/step_code_llama_h100.md``).
+:func:`realize_kernel_inputs` marks such a tensor ``inductor_realize_to_strides``: inductor
+writes it once, at its traced strides, as soon as it is lowered, and every kernel reads that
+buffer.
 """
 
 from __future__ import annotations
@@ -125,3 +137,31 @@ def pin_kernel_layouts(graph: torch.fx.Graph) -> int:
     for node in marked:
         node.meta[DISLIKE] = True
     return len(marked)
+
+
+#: the ``node.meta`` key with which inductor's ``GraphLowering.run_node`` realizes a node's
+#: result right after lowering it, at its traced strides (torch 2.11–2.14)
+REALIZE = "inductor_realize_to_strides"
+
+
+def realize_kernel_inputs(graph: torch.fx.Graph) -> int:
+    """Mark every tensor read by one of HOT's kernels and by anything else (another of its
+    kernels, a view of it, a GEMM) for inductor to write once, at its traced strides, before
+    its readers are lowered (see the module docstring): no reader then gets a copy of its own.
+    Graph inputs and constants already are buffers. Returns how many nodes it marked."""
+    marked = 0
+    for node in graph.nodes:
+        if not _is_kernel(node):
+            continue
+        for arg in node.all_input_nodes:
+            root = _storage_root(arg)
+            if root.op != "call_function" or not root.all_input_nodes or root.meta.get(REALIZE):
+                continue  # a graph input, a constant or a fresh allocation is a buffer already
+            val = root.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                continue
+            readers = {u for v in _views_of(root) for u in v.users if not _is_view(u)}
+            if len(readers) > 1:
+                root.meta[REALIZE] = True
+                marked += 1
+    return marked

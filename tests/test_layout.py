@@ -11,7 +11,13 @@ import operator
 import torch
 import torch.fx
 
-from hotcompile.passes.layout import DISLIKE, could_pad, pin_kernel_layouts
+from hotcompile.passes.layout import (
+    DISLIKE,
+    REALIZE,
+    could_pad,
+    pin_kernel_layouts,
+    realize_kernel_inputs,
+)
 
 aten = torch.ops.aten
 
@@ -108,3 +114,23 @@ def test_a_graph_without_hot_kernels_is_left_alone() -> None:
     x, w = g.placeholder("x"), g.placeholder("w")
     g.output(g.call_function(aten.mm.default, (g.call_function(aten.view.default, (x, [4, 4])), w)))
     assert pin_kernel_layouts(g) == 0 and not _marked(g)
+
+
+def test_a_gradient_both_kernels_read_is_written_once() -> None:
+    # the SwiGLU backward of the Llama: g_gate feeds HQ's kernel (through an [L, O] view) and
+    # the g_w codes' kernel; inductor gave each kernel a copy of its own (two stores per value)
+    g = torch.fx.Graph()
+    gy_in, gate, up = g.placeholder("g"), g.placeholder("gate"), g.placeholder("up")
+    g_gate = _val(g.call_function(aten.mul.Tensor, (gy_in, gate)), 4, 64, 512)
+    g_up = _val(g.call_function(aten.mul.Tensor, (gy_in, up)), 4, 64, 512)
+    flat = _val(g.call_function(aten.view.default, (g_gate, [256, 512])), 256, 512)
+    out = _val(g.call_function(aten.empty.memory_format, ([256, 512],)), 256, 512)
+    k1 = _kernel(g, gy=flat, codes=out)
+    k2 = _kernel(g, x=g_gate, codes=out)
+    k3 = _kernel(g, gy=g_up, codes=out)  # one reader only: its copy is its only store
+    k4 = _kernel(g, gy=gy_in, codes=out)  # a graph input is a buffer already
+    g.output((k1, k2, k3, k4))
+
+    assert realize_kernel_inputs(g) == 1
+    assert [n.name for n in g.nodes if n.meta.get(REALIZE)] == [g_gate.name]
+    assert realize_kernel_inputs(g) == 0  # idempotent

@@ -473,9 +473,11 @@ def test_fp8_gx_option_trains_through_both_lowerings() -> None:
 
 
 def test_layers_reading_one_x_save_one_set_of_its_codes() -> None:
-    """Gate and up read the same x: their ABC is the same ATen on the same tensor, so the
-    forward computes and saves x's codes once (the graph's common-subexpression elimination),
-    where a Llama's bf16 backward saves x once too. (Down's codes the partitioner may save or
+    """On the CPU, where the native path's quantizers are ATen: gate and up read the same x,
+    their ABC is the same ATen on the same tensor, so the forward computes and saves x's
+    codes once (the graph's common-subexpression elimination), where a Llama's bf16 backward
+    saves x once too. (The CUDA kernels are not merged: each layer's ``triton_op`` allocates
+    its own outputs.) (Down's codes the partitioner may save or
     re-derive in the backward from gate's and up's outputs, which the backward reads anyway:
     on the CPU it re-derives them.)"""
     opts = {"recipe": "text", "prefer": "paper", "lowering": "native"}

@@ -281,10 +281,10 @@ def test_native_forward_saves_the_weights_codes_not_the_weight() -> None:
 
 def test_gradient_feeding_both_kernels_is_written_once() -> None:
     """A SwiGLU's gate and up take HOT (text recipe): their g_y comes from the SwiGLU's
-    backward kernel, and HOT's two kernels (HQ for g_x, the g_w codes) read it. Each reads
-    the same buffer: no generated kernel stores one value twice (HQ's kernel took an [L, O]
-    view, which inductor realized as a second copy: 4 stores in place of 2 in the Llama's
-    SwiGLU backward, +92 µs a layer pair on the H100)."""
+    backward kernel, and HOT's two kernels (HQ for g_x, the g_w codes) read it. Both read
+    one buffer: no generated kernel stores one value twice (inductor gave each user-defined
+    kernel a copy of its own at the traced strides until ``passes.layout.realize_kernel_inputs``:
+    4 stores in place of 2 in the Llama's SwiGLU backward, +92 µs a block on the H100)."""
     from test_lowering import SwiGLU
     from torch._inductor.utils import run_and_get_code
 

@@ -278,16 +278,6 @@ def hq_quantize_triton(
     return codes, scales
 
 
-def flat_rows(t: torch.Tensor) -> bool:
-    """Whether ``t``'s rows (all dimensions but the last) are one run at stride
-    ``t.stride(-2)`` with unit column stride: a kernel reading rows of O can take ``t`` as it
-    is, with no reshape (a view node in a traced graph, which inductor may realize as a copy
-    of its own)."""
-    if t.dim() < 2 or t.stride(-1) != 1:
-        return False
-    return all(t.stride(d) == t.stride(d + 1) * t.shape[d + 1] for d in range(t.dim() - 2))
-
-
 def launch_hq_quantize(
     kernel,
     gy: torch.Tensor,
@@ -306,11 +296,8 @@ def launch_hq_quantize(
     ``raw``: a zeroed int32 word that also receives g_y's own max-abs bits.
     The one copy of the launch arithmetic, shared by :func:`hq_quantize_triton` (the ops
     path) and the ``triton_op`` of ``hotcompile.lowering.triton_ops`` (``kernel`` wrapped by
-    ``wrap_triton``). ``gy``: rows of O with a unit column stride, ``[L, O]`` or any rank whose
-    leading dimensions flatten into rows at one stride (:func:`flat_rows`); the outputs are
-    non-empty."""
-    O = gy.shape[-1]
-    L = gy.numel() // O
+    ``wrap_triton``). ``gy`` has a unit column stride; the outputs are non-empty."""
+    L, O = gy.shape
     l_out, o_pad = codes.shape
     block_l, bo, nchunk, warps = _config(o_pad, block_o)
     grid = (triton.cdiv(l_out, block_l),)
@@ -325,7 +312,7 @@ def launch_hq_quantize(
         RAW=raw is not None,
         num_warps=warps,
     )
-    args = (L, O, l_out, o_pad, gy.stride(-2), codes.stride(0), seed, float(L * o_pad))
+    args = (L, O, l_out, o_pad, gy.stride(0), codes.stride(0), seed, float(L * o_pad))
     rp = raw if raw is not None else scales  # any pointer when RAW is off
     if words is None:
         kernel[grid](gy, codes, scales, scales, scales, rp, *args, MODE=0, **common)

@@ -81,15 +81,12 @@ def quantize_gy(
     """HQ's g_y operand: codes of ``g_y·B_O`` ``[padded(L, pad_rows_to), padded(O, 16)]``
     (e4m3 when ``fp8``, else int8) and fp32 scales ``[L_out]`` (per token) or ``[1]``; third,
     with ``raw_amax`` on CUDA, an int32 word with the max-abs bits of g_y itself (taken in the
-    same pass, for :func:`hla_codes`' ``amax``), else None. ``gy``: ``[..., O]``, its rows
-    being all leading dimensions (on CUDA passed to the kernel as it is, see
-    ``triton_ops.hq_quantize``)."""
+    same pass, for :func:`hla_codes`' ``amax``), else None."""
     if use_triton(gy):
         q, s, raw = _triton_ops().hq_quantize(
             _plain(gy), bits, per_token, rounding, fp8, pad_rows_to, raw_amax
         )
         return q, s, (raw if raw_amax else None)
-    gy = gy.reshape(-1, gy.shape[-1])
     q, s = quantize(block_hadamard(gy, 1, 16), bits, per_token, rounding, "maxabs")
     rows = padded(gy.shape[0], pad_rows_to) - gy.shape[0]
     if rows:
@@ -213,8 +210,7 @@ def grad_input_codes(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """HQ g_x ``[L, I]`` in gy's dtype from the weight's codes ``wq [I, O_pad]`` and scale
     (:func:`weight_codes`): ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``; and with ``raw_amax`` on CUDA g_y's
-    own max-abs bits, taken by the same kernel (:func:`quantize_gy`), else None. ``gy2``:
-    ``[L, O]`` or ``[..., O]`` (L = all leading dimensions).
+    own max-abs bits, taken by the same kernel (:func:`quantize_gy`), else None.
 
     INT4 codes travel as e4m3 (exact) into ``torch._scaled_mm`` with the dequantization as its
     scales (rowwise for per-token); INT8 codes into ``torch._int_mm``; FP8 values
@@ -223,7 +219,7 @@ def grad_input_codes(
     the codes in float32 (exact for INT4: |sum| < 49·O < 2^24; FP8 products are exact and
     accumulate in float32 as the FP8 GEMM does) or float64 (INT8).
     """
-    L, I = gy2.numel() // gy2.shape[-1], wq.shape[0]
+    L, I = gy2.shape[0], wq.shape[0]
     fp8_values = rounding == FP8_E4M3
     fp8 = gx_codes_fp8(I, bits, rounding, gy2.device)
     pad = 16 if fp8 else 1

@@ -22,7 +22,7 @@ from torch.library import triton_op, wrap_triton
 
 from hotcompile.hadamard import padded
 from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
-from hotcompile.kernels.hq_triton import _hq_quant_kernel, flat_rows, launch_hq_quantize
+from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
 from hotcompile.lowering import ttir_cache
 from hotcompile.quant import FP8_E4M3
 
@@ -50,18 +50,10 @@ def hq_quantize(
     else int8; padded rows are zero codes with zero scale) and fp32 scales ``[L_out]`` or
     ``[1]``. One launch per token, two per tensor (max-abs by atomics, then the codes).
     Third output: an int32 word holding the max-abs bits of g_y itself when ``raw_amax``
-    (for :func:`hla_quantize`'s ``amax``), else an empty tensor (no fill kernel).
-
-    ``gy`` may have any rank whose leading dimensions flatten into rows (the backward's
-    ``[N, S, O]`` gradient as is): the kernel then reads the very buffer the g_w codes' kernel
-    reads. A reshaped ``[L, O]`` view of a gradient inductor has not yet written is realized
-    by inductor as a buffer of its own: the producing kernel (a SwiGLU's backward) stored
-    g_y twice, once for each of HOT's two kernels (+92 µs per Llama gate/up pair,
-    ``tools/results/hq_rows_h100.md``)."""
-    if not flat_rows(gy):
-        gy = gy.reshape(-1, gy.shape[-1]).contiguous()
-    O = gy.shape[-1]
-    L = gy.numel() // O
+    (for :func:`hla_quantize`'s ``amax``), else an empty tensor (no fill kernel)."""
+    if gy.stride(-1) != 1:
+        gy = gy.contiguous()
+    L, O = gy.shape
     l_out, o_pad = padded(L, pad_rows_to), padded(O, 16)
     codes = torch.empty((l_out, o_pad), dtype=_code_dtype(fp8), device=gy.device)
     scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
