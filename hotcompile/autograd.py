@@ -17,6 +17,7 @@ The rewrite pass replaces every eligible ``F.linear`` / ``F.conv2d`` of the Dyna
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -302,6 +303,39 @@ def _native_compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows, weight: to
     return out if signs is None else (*out, signs)
 
 
+#: ABC codes of x computed while a graph is traced, by ``id(x)``: (a weak reference to x, the
+#: settings and version they were computed for, the codes) — see :func:`_native_compress_once`
+_TRACED_CODES: dict[int, tuple[weakref.ref, tuple, list]] = {}
+
+
+def _native_compress_once(spec: LayerSpec, x, x3, grid_w, rows, weight: torch.Tensor):
+    """:func:`_native_compress`, once per traced ``x`` and settings: layers that read one x
+    (a Llama's gate and up, q/k/v) save one set of its codes, computed by one kernel.
+
+    Inductor merges identical ATen (the CPU path's quantizers) but not two launches of a
+    ``triton_op`` kernel, each of which allocates its own outputs: on CUDA gate and up each
+    quantized the same x (34 µs a layer on the benchmark's Llama,
+    ``tools/results/layer_passes_h100.md``) and the forward saved both copies. Only while
+    tracing (fake tensors: nothing is held across steps), keyed by the very tensor object and
+    its version counter (an in-place change of x between the layers computes anew); layers
+    with HLA's signs (a hash salted by each layer's weight) always compute their own."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if spec.gw_bits is None or (spec.hla_signs and rows) or not is_fake(x):
+        return _native_compress(spec, x3, grid_w, rows, weight)
+    key = (
+        x._version, tuple(x3.shape), grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding,
+        _autocast_dtype(x3),
+    )  # fmt: skip
+    hit = _TRACED_CODES.get(id(x))
+    if hit is not None and hit[0]() is x and hit[1] == key:
+        return hit[2]
+    out = _native_compress(spec, x3, grid_w, rows, weight)
+    i = id(x)
+    _TRACED_CODES[i] = (weakref.ref(x, lambda _r: _TRACED_CODES.pop(i, None)), key, out)
+    return out
+
+
 def _shares_gy_amax(spec: LayerSpec, ctx) -> bool:
     """Both gradients on the native path, HQ quantizes g_y, and the g_w operand is g_y's plain
     rows: HQ's kernel takes g_y's max-abs for the g_w codes (one read of g_y fewer)."""
@@ -365,7 +399,7 @@ class HotLinearFunction(torch.autograd.Function):
                 x3, ctx.grid_w, ctx.rows = _linear_geometry(spec, x)
                 ctx.x3_ns = x3.shape[:2]
                 if spec.lowering == "native":
-                    saved.extend(_native_compress(spec, x3, ctx.grid_w, ctx.rows, weight))
+                    saved.extend(_native_compress_once(spec, x, x3, ctx.grid_w, ctx.rows, weight))
                 else:
                     saved.extend(_compress(spec, x3, ctx.grid_w, ctx.rows, weight))
         ctx.save_for_backward(*saved)

