@@ -64,6 +64,7 @@ class LayerSpec:
     block: int = 16
     rounding: str = "pseudo_stochastic"
     abc: bool = True
+    abc_max_abs: str = "kernel"
     hla_signs: bool = False
     hla_2d: str = "none"
     exact: bool = False
@@ -299,7 +300,10 @@ def _native_compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows, weight: to
     if spec.gw_bits is None:  # unquantized HLA: no op layer to bypass, the ops path's own
         return _compress(spec, x3, grid_w, rows, weight)
     signs = _signs(spec, rows, x3, weight)
-    out = native.compress(x3, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs)
+    out = native.compress(
+        x3, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs,
+        producer_amax=spec.abc_max_abs == "producer",
+    )  # fmt: skip
     return out if signs is None else (*out, signs)
 
 
@@ -325,7 +329,7 @@ def _native_compress_once(spec: LayerSpec, x, x3, grid_w, rows, weight: torch.Te
         return _native_compress(spec, x3, grid_w, rows, weight)
     key = (
         x._version, tuple(x3.shape), grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding,
-        _autocast_dtype(x3),
+        spec.abc_max_abs, _autocast_dtype(x3),
     )  # fmt: skip
     hit = _TRACED_CODES.get(id(x))
     if hit is not None and hit[0]() is x and hit[1] == key:

@@ -27,6 +27,8 @@ HLA_2D_MODES = ("none", "batch")
 CONV_ABC_MODES = ("im2col",)
 #: what hotcompile.passes.abc_recompute may recompute in the backward instead of saving codes
 ABC_RECOMPUTE = ("views", "unary", "off")
+#: where ABC of x's plain rows (native path, CUDA) takes x's max-abs from
+ABC_MAX_ABS = ("kernel", "producer")
 COMPILERS = ("inductor", "aot_eager", "eager")
 NONFINITE_CHECKS = ("once", "off")
 #: kernel families on CUDA (hotcompile.kernels.dispatch): "auto" measures per shape
@@ -162,6 +164,13 @@ class HotConfig:
             inductor's activation bytes instead of 0.76× for 1.6% more step time under CUDA
             graphs, tools/results/bench_train.md), ``"views"`` (view/copy chains only: the
             attention output feeding ``proj``), ``"off"`` (the partitioner's own choice).
+        abc_max_abs: where ABC's per-tensor scale of x's plain rows (no HLA: the text recipe;
+            native path on CUDA) gets x's max-abs: ``"kernel"`` (default: HOT's kernel reads
+            x twice, a max-abs pass, then the codes) or ``"producer"`` (a row max written as
+            ATen, ``hotcompile.lowering.hot.amax_bits``, which inductor can compute in the
+            kernel that writes x — an RMSNorm's, a SwiGLU product's — so that HOT's kernel
+            reads x once; the same codes, bit for bit). ``"producer"`` is not measured on a
+            GPU yet, hence not the default.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.
@@ -253,6 +262,7 @@ class HotConfig:
     abc: bool = True
     conv_abc: str = "im2col"
     abc_recompute: str = "unary"
+    abc_max_abs: str = "kernel"
     hla_2d: str = "none"
     exact: bool = False
     include: tuple[str, ...] = ()
@@ -331,6 +341,7 @@ class HotConfig:
         choice("hla_2d", HLA_2D_MODES)
         choice("conv_abc", CONV_ABC_MODES)
         choice("abc_recompute", ABC_RECOMPUTE)
+        choice("abc_max_abs", ABC_MAX_ABS)
         choice("compiler", COMPILERS)
         choice("check_nonfinite", NONFINITE_CHECKS)
         choice("kernels", KERNEL_IMPLS)

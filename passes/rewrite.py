@@ -401,6 +401,7 @@ def _spec(
         block=config.block_size,
         rounding=config.rounding,
         abc=config.abc,
+        abc_max_abs=config.abc_max_abs,
         hla_signs=signs,
         hla_2d=config.hla_2d,
         exact=config.exact,
@@ -480,6 +481,7 @@ def _gate(
         dtype="bfloat16" if torch.is_autocast_enabled("cuda") or x.dtype == torch.bfloat16
         else str(x.dtype).replace("torch.", ""),
         wdtype=str(w_dtype).replace("torch.", ""),
+        x_amax_given=spec.abc_max_abs == "producer",
     )  # fmt: skip
     speed = decide(shape, x.device)
     return speed, "" if speed.hot else f"speed: {speed.describe()}"

@@ -86,6 +86,8 @@ def test_the_diff_tool_says_the_compression_is_recomputed():
 def test_unknown_mode_is_refused_with_the_valid_ones():
     with pytest.raises(HotConfigError, match="abc_recompute.*'views', 'unary', 'off'"):
         HotConfig.from_options({"abc_recompute": "all"})
+    with pytest.raises(HotConfigError, match="abc_max_abs.*'kernel', 'producer'"):
+        HotConfig.from_options({"abc_max_abs": "fused"})
 
 
 def test_the_diff_tool_shows_fc2s_compression_in_the_backward_and_flags_nothing_new():

@@ -307,12 +307,15 @@ def test_gradient_feeding_both_kernels_is_written_once() -> None:
         assert len(stored) == len(set(stored)), (name, stored)
 
 
-def test_abc_reads_x_once_its_max_abs_taken_where_x_is_made() -> None:
-    """ABC of x's plain rows (text recipe) needs x's max-abs for its per-tensor scale. It is
-    ATen (``hot.amax_bits``), which inductor computes in the kernel that writes x: the SwiGLU
-    product's kernel becomes a row reduction that also stores the product. HOT's kernel then
-    reads x once (one launch, not a max-abs pass and a codes pass), and gate and up, which
-    read one x, share one quantization of it. The codes are those of the kernel's own pass."""
+@pytest.mark.parametrize("max_abs", ["kernel", "producer"])
+def test_abc_of_one_x_once_and_its_max_abs_where_x_is_made(max_abs: str) -> None:
+    """Gate and up read one x: one quantization of it serves both (each ``triton_op`` launch
+    is a kernel of its own, which no pass merges; ``autograd._native_compress_once``).
+    ABC of x's plain rows (text recipe) needs x's max-abs for its per-tensor scale: HOT's
+    kernel takes it in a pass of its own (``abc_max_abs="kernel"``), or it is ATen
+    (``"producer"``, ``hot.amax_bits``), which inductor computes in the kernel that writes x —
+    the SwiGLU product's kernel becomes a row reduction that also stores the product — and
+    HOT's kernel reads x once. The codes are those of the kernel's own pass."""
     from test_lowering import SwiGLU
     from torch._inductor.utils import run_and_get_code
 
@@ -325,7 +328,8 @@ def test_abc_reads_x_once_its_max_abs_taken_where_x_is_made() -> None:
     torch.manual_seed(0)
     model = SwiGLU(256, 512).cuda()
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="hot", options={"recipe": "text", "prefer": "paper"})
+    opts = {"recipe": "text", "prefer": "paper", "abc_max_abs": max_abs}
+    compiled = torch.compile(model, backend="hot", options=opts)
     x = torch.randn(4, 64, 256, device="cuda")
 
     def step():
@@ -336,11 +340,14 @@ def test_abc_reads_x_once_its_max_abs_taken_where_x_is_made() -> None:
     _, codes = run_and_get_code(step)
     forward = codes[0]
     names = re.findall(r"def (triton_\w+)\(", forward)
-    assert any("amax" in n and "silu" in n for n in names), names
+    fused = any("amax" in n and "silu" in n for n in names)
+    assert fused == (max_abs == "producer"), names
     launches = re.findall(r"^\s+(\w+)\.run\(", forward, re.M)
-    # ABC: one launch for gate's and up's x, one for down's; the three weights' codes: a
-    # max-abs pass and a codes pass each (their scale is of the transformed weight)
-    assert sum(n.startswith("_hla_quant_kernel") for n in launches) == 2 + 3 * 2, launches
+    # ABC: one quantization for gate's and up's x, one for down's, each of one launch
+    # ("producer") or two; the three weights' codes: a max-abs pass and a codes pass each
+    # (their scale is of the transformed weight)
+    abc = 2 * (1 if max_abs == "producer" else 2)
+    assert sum(n.startswith("_hla_quant_kernel") for n in launches) == abc + 3 * 2, launches
     for name, body in re.findall(r"@triton.jit\ndef (triton_\w+)\(.*?\):\n(.*?)'''", forward, re.S):
         stored = re.findall(r"tl\.store\([^,]+, (\w+)", body)
         assert len(stored) == len(set(stored)), (name, stored)

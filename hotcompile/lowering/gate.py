@@ -10,9 +10,9 @@ default takes HOT's path only where it is measured faster:
   a CUDA graph and replayed (device time only: the compiled step launches from inductor's
   wrapper or a graph, not from Python), median of several replays. HOT's side is the native
   path (:mod:`hotcompile.lowering.hot`) with the layer's settings, its forward work included
-  (ABC of x, the weight's codes; not the max-abs of x's plain rows, which inductor computes
-  in the kernel that produces x, ``hot.amax_bits``); the exact side casts its g_w to the
-  weight's dtype, as
+  (ABC of x, the weight's codes; with ``abc_max_abs="producer"`` not the max-abs of x's
+  plain rows, which inductor computes in the kernel that produces x, ``hot.amax_bits``); the
+  exact side casts its g_w to the weight's dtype, as
   autograd does under autocast (:func:`_bf16_fn`). Cached per (GPU, torch, shape, settings)
   in memory and in ``~/.cache/hotcompile/gate.json`` (``HOTCOMPILE_CACHE`` moves it), so a
   shape is timed once per machine.
@@ -72,8 +72,8 @@ class Speed:
 #: part of every cached measurement's key: bumped when HOT's kernels change speed, so that a
 #: gate.json written by an older hotcompile is measured afresh (2: g_y's shared max-abs;
 #: 3: codes times the scale's reciprocal, the weight quantized in the forward from its GEMM
-#: copy, the bf16 side's cast of g_w to the weight's dtype; 4: ABC of x's plain rows reads x
-#: once, its max-abs taken in x's producer)
+#: copy, the bf16 side's cast of g_w to the weight's dtype; 4: ``Shape.x_amax_given``, ABC of
+#: x's plain rows reading x once with its max-abs taken in x's producer)
 MEASURE_VERSION = 4
 
 
@@ -100,6 +100,8 @@ class Shape:
     need_gw: bool = True
     dtype: str = "bfloat16"
     wdtype: str = "float32"
+    #: ABC takes x's max-abs from x's producer (``HotConfig.abc_max_abs="producer"``)
+    x_amax_given: bool = False
 
     def key(self, device_name: str) -> str:
         head = f"{device_name}|{torch.__version__}|v{MEASURE_VERSION}|"
@@ -155,7 +157,7 @@ def estimate(s: Shape) -> Speed:
         # for plain rows (g_y's max-abs from HQ's pass, x's from x's producer)
         plain = not s.rows and s.grid_w == 0 and not s.signs
         gy_reads = 1 if plain and s.need_gx and s.gx_bits else 2
-        x_reads = 1 if plain else 2
+        x_reads = 1 if plain and s.x_amax_given else 2
         hot += _pass_us(gy_reads * L * O * 2 + k * O, gy_reads)
         hot += _pass_us(x_reads * L * I * 2 + k * I, x_reads)
     return Speed(bf16, hot, "model")
@@ -246,10 +248,11 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
     # the g_w codes of g_y's plain rows
     share = bool(s.need_gx and s.gx_bits and s.need_gw and s.gw_bits)
     share = share and hot.plain_rows(s.grid_w, s.rows, s.signs)
-    # ABC of x's plain rows: its max-abs is computed in the kernel that produces x (a row
-    # reduction fused into it, hot.amax_bits), not by a pass of its own: taken out of the timing
+    # abc_max_abs="producer": ABC of x's plain rows takes x's max-abs from the kernel that
+    # produces x (a row reduction fused into it, hot.amax_bits), not from a pass of its own:
+    # computed once, outside the timing
     x_amax = None
-    if s.need_gw and s.gw_bits and hot.plain_rows(s.grid_w, s.rows, s.signs):
+    if s.x_amax_given and s.need_gw and s.gw_bits and hot.plain_rows(s.grid_w, s.rows, s.signs):
         x_amax = hot.amax_bits(x3) if hot.use_triton(x3) else None
 
     def run():

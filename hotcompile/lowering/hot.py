@@ -309,15 +309,18 @@ def compress(
     rounding: str,
     signs: torch.Tensor | None,
     amax: torch.Tensor | None = None,
+    producer_amax: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ABC: the forward's saved ``Q(T·x)`` as ``[R, D]`` column-major (K-major for the g_w
     GEMM) and its scale — :func:`hotcompile.ops.abc_compress` without the op layer.
 
-    On CUDA, for the plain rows of x (:func:`plain_rows`), the per-tensor scale's max-abs is
-    :func:`amax_bits` (``amax`` given: that word, e.g. the speed gate's, computed outside
-    its timing as the step computes it inside x's producer)."""
+    On CUDA, for the plain rows of x (:func:`plain_rows`), ``amax``: x's max-abs word, which
+    the kernel then does not take itself (e.g. the speed gate's, computed outside its timing
+    as the step computes it in x's producer); ``producer_amax``: that word from
+    :func:`amax_bits` (``HotConfig.abc_max_abs="producer"``)."""
     if (
         amax is None
+        and producer_amax
         and x3.numel()
         and use_triton(x3)
         and plain_rows(grid_w, rows, signs is not None)

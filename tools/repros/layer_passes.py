@@ -11,9 +11,10 @@ GPT-2 small, 8 × 1024; ViT-B/16, 128 × 197). Per layer and version:
 - ``HOT``: the version's own ``gate._hot_fn`` — the layer's HOT work as that version runs it
   (forward ABC and, from MEASURE_VERSION 3, the weight's codes; backward g_x, g_w);
 - the passes: HQ over g_y (+ g_y's raw max-abs for the text recipe), g_w codes of g_y, ABC of
-  x (from 65a49a4, text recipe: its codes pass, with x's max-abs given as the step computes
-  it in x's producer; that max-abs alone, run eagerly, in a column of its own), the weight's
-  codes from the fp32 weight and from its bf16 copy.
+  x, the weight's codes from the fp32 weight and from its bf16 copy;
+- where the tree has ``HotConfig.abc_max_abs`` (text recipe, in the JSON only): HOT with
+  ``"producer"`` (x's max-abs given, as the step computes it in x's producer), ABC's codes
+  pass with it given, and that max-abs alone run eagerly.
 
 Usage (on the GPU; ``--versions`` runs each tree in a subprocess with it first on the path):
 
@@ -87,9 +88,14 @@ def probe(name: str, L: int, O: int, I: int, N: int, recipe: str) -> dict:  # no
     else:
         r["g_w codes of g_y"] = T(lambda: hot.hla_codes(gy3, 0, rows, 8, FP8, None))
     r["ABC x"] = T(lambda: hot.compress(x3, 0, rows, 8, FP8, None))
-    if text and hasattr(hot, "amax_bits"):  # x's max-abs taken in x's producer (65a49a4)
+    if text and hasattr(hot, "amax_bits"):  # abc_max_abs="producer" (this session's option)
+        import dataclasses
+
         amax = hot.amax_bits(x3)
-        r["ABC x"] = T(lambda: hot.compress(x3, 0, rows, 8, FP8, None, amax))
+        r["HOT, abc_max_abs=producer"] = T(
+            gate._hot_fn(dataclasses.replace(s, x_amax_given=True), gy, w, x)
+        )
+        r["ABC x, max-abs given"] = T(lambda: hot.compress(x3, 0, rows, 8, FP8, None, amax))
         r["x max-abs alone (eager ATen)"] = T(lambda: hot.amax_bits(x3))
     r["weight codes from fp32"] = T(lambda: hot.quantize_weight(w, bits, wscale, True, rounding))
     r["weight codes from bf16"] = T(lambda: hot.quantize_weight(wb, bits, wscale, True, rounding))
@@ -136,7 +142,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         out.append(
             f"| {name} | {ra['recipe']} | {rb['bf16 GEMMs']:.0f} | {rb['bf16 + g_w cast']:.0f} "
             f"| {ra['HOT']:.0f} | {rb['HOT']:.0f} "
-            f"| {ra['bf16 + g_w cast'] / ra['HOT']:.2f}× → {rb['bf16 + g_w cast'] / rb['HOT']:.2f}× "
+            f"| {ra['bf16 + g_w cast'] / ra['HOT']:.2f}× "
+            f"→ {rb['bf16 + g_w cast'] / rb['HOT']:.2f}× "
             f"| {rb['bf16 GEMMs'] / rb['HOT']:.2f}× "
             f"| {ra['HQ g_y']:.0f} → {rb['HQ g_y']:.0f} "
             f"| {ra['g_w codes of g_y']:.0f} → {rb['g_w codes of g_y']:.0f} "
