@@ -147,6 +147,9 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # the defaults before issue 16's recipes: INT4 HQ + HLA on every layer (text ones too)
     "hot_vision": {"recipe": "vision"},
     "hot_vision_cg": {"recipe": "vision", "mode": "reduce-overhead"},
+    # ABC of x's plain rows with x's max-abs from x's producer (not the default until measured)
+    "hot_amax": {"abc_max_abs": "producer"},
+    "hot_amax_cg": {"abc_max_abs": "producer", "mode": "reduce-overhead"},
 }
 
 #: what ``--variants`` runs unless told
@@ -218,6 +221,9 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_vision": 'as hot, with recipe="vision": INT4 HQ + HLA on text layers too (the '
     "defaults before issue 16)",
     "hot_vision_cg": 'as hot_cg, with recipe="vision"; judged against inductor_cg',
+    "hot_amax": 'as hot, with abc_max_abs="producer" (ABC of x\'s plain rows reads x once, '
+    "its max-abs an ATen row max that inductor can compute in x's producer)",
+    "hot_amax_cg": 'as hot_cg, with abc_max_abs="producer"; judged against inductor_cg',
 }
 
 
