@@ -12,6 +12,8 @@ import importlib.util
 import json
 import math
 import pathlib
+import re
+import statistics
 import subprocess
 import sys
 from typing import Any
@@ -260,6 +262,27 @@ def test_merge_combines_split_runs(
     assert len(merged["parts"]) == 2 and "merge_warning" not in merged
     md = (tmp_path / "bench_train.md").read_text()
     assert "Merged from 2 runs" in md and "| gpt2 | hot | " in md
+
+
+def test_repeat_alternates_the_order_and_pools_the_steps(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--repeat 2``: every variant runs twice, in the given order and then reversed (a host
+    that drifts during the run no longer favours whichever variant ran first); each variant's
+    step is the median of both runs' steps, with each run's median in the notes."""
+    res = bench.main(
+        ["--quick", "--models", "gpt2", "--variants", "inductor,hot", "--steps", "2"]
+        + ["--repeat", "2", "--profile", "0", "--no-progress", "--out", str(tmp_path)]
+    )
+    log = capsys.readouterr().out
+    order = re.findall(r"\] gpt2 (\w+) \(batch .*compile \+ warm-up", log)
+    assert order == ["inductor", "hot", "hot", "inductor"], order
+    assert res["repeat"] == 2
+    for v in res["models"][0]["variants"].values():
+        assert len(v["step_times_ms"]) == 4 and len(v["step_ms_by_repeat"]) == 2
+        assert v["step_ms"] == statistics.median(v["step_times_ms"])
+    md = (tmp_path / "bench_train.md").read_text()
+    assert "in each of 2 runs of every variant" in md and "runs " in md
 
 
 def test_help_teaches() -> None:

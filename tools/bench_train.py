@@ -635,6 +635,7 @@ def run_variant(
     median_s = statistics.median(times)
     result: dict[str, Any] = {
         "step_ms": 1e3 * median_s,
+        "step_times_ms": [1e3 * t for t in times],
         "step_ms_min": 1e3 * min(times),
         "step_ms_max": 1e3 * max(times),
         "first_step_s": warm_times[0],
@@ -677,6 +678,33 @@ def run_variant(
             result["kernels_ran"] = dispatch.by_layer()
             result["kernel_choices"] = {k: c.impl for k, c in dispatch.choices().items()}
     return result
+
+
+def merge_repeat(first: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """``first``'s result with another run of the same variant (``--repeat``): the step is the
+    median of both runs' timed steps, each run's median kept in ``step_ms_by_repeat``; the rest
+    (compile time, profile, saved bytes) is the first run's, the peak the higher one.
+
+    Why: on a host-bound model (GPT-2 small) the host itself drifted between variants run one
+    after the other — in run 19pre every host operator of the hot variant's profile, aten::mm
+    and AdamW included, took 1.5–1.8× its time in inductor's (``bench_train_profiles/
+    s15_a4592b2``), so a single pass in one order judges the order as much as the variant."""
+    if "step_times_ms" not in first or "step_times_ms" not in again:
+        return first if "step_times_ms" in first else again
+    out = dict(first)
+    times = [*first["step_times_ms"], *again["step_times_ms"]]
+    out["step_times_ms"] = times
+    out["step_ms_by_repeat"] = [*first.get("step_ms_by_repeat", [first["step_ms"]]),
+                                again["step_ms"]]  # fmt: skip
+    out["step_ms"] = statistics.median(times)
+    out["step_ms_min"], out["step_ms_max"] = min(times), max(times)
+    peaks = [r["peak_bytes"] for r in (first, again) if r.get("peak_bytes") is not None]
+    if peaks:
+        out["peak_bytes"] = max(peaks)
+        out["peak_gib"] = max(peaks) / GIB
+    out["loss_last"] = again["loss_last"]
+    out["variant_s"] = first["variant_s"] + again["variant_s"]
+    return out
 
 
 def _free(device: torch.device) -> None:
@@ -873,7 +901,14 @@ def markdown(res: dict[str, Any]) -> str:
         f"{res['date']}.",
         "",
         f"Compiler: {res['compiler']}; {res['steps']} timed steps after {res['warmup']} warm-up "
-        f"steps, {res['profile_steps']} profiled steps; bf16 autocast; AdamW (fused where "
+        f"steps"
+        + (
+            f" in each of {res['repeat']} runs of every variant (order reversed every other "
+            "run; the step is the median over all runs' steps)"
+            if res.get("repeat", 1) > 1
+            else ""
+        )
+        + f", {res['profile_steps']} profiled steps; bf16 autocast; AdamW (fused where "
         f"available); total {res.get('total_s', 0):.0f} s. Command: `{res['command']}`",
     ]
     if res["compiler"] != "inductor":
@@ -993,6 +1028,9 @@ def markdown(res: dict[str, Any]) -> str:
                 )
             if v.get("saved_act_error"):
                 notes.append(f"saved bytes: {v['saved_act_error'][:80]}")
+            if len(v.get("step_ms_by_repeat", ())) > 1:
+                runs = " / ".join(f"{t:.1f}" for t in v["step_ms_by_repeat"])
+                notes.append(f"runs {runs} ms")
             lines.append(
                 f"| {name} | {v['step_ms']:.1f} | {_fmt(sp, unit='x')} ({bname}) "
                 f"| {_fmt(peak)} | {_fmt(pr)} | {_fmt(v.get('gpu_busy'), '.0%')} "
@@ -1158,6 +1196,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="run nothing: combine the bench_train.json of split runs (directories or files, "
         "e.g. one --models each) into one OUT/bench_train.json and .md",
     )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run every model's variants N times, in the given order then reversed, "
+        "alternately; each variant's step is the median over all its runs' timed steps (each "
+        "run's median in the notes): for host-bound models, where the host drifts between "
+        "variants run one after another (default: %(default)s; profiles in the first run only)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
     return ap
@@ -1306,7 +1354,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     t_start = time.perf_counter()
     out = pathlib.Path(a.out)
-    total = len(names) * len(variants)
+    if a.repeat < 1:
+        raise SystemExit("--repeat: a positive number of runs")
+    res["repeat"] = a.repeat
+    runs = [variants if r % 2 == 0 else variants[::-1] for r in range(a.repeat)]
+    total = len(names) * len(variants) * a.repeat
     k = 0
     _log(
         f"{res['device']}, torch {res['torch']}, {_versions_line(res)}; models "
@@ -1328,9 +1380,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         res["torchvision_note"] = compat.TORCHVISION_NOTE
         if why:
             entry["skipped"] = why
-            k += len(variants)
+            k += len(variants) * a.repeat
             _log(f"{name}: skipped ({why})")
-        for variant in variants if not why else ():
+        plan = [(r, v) for r, order in enumerate(runs) for v in order]
+        for run, variant in plan if not why else ():
             k += 1
             skip = skip_reason(variant)
             if skip:
@@ -1342,7 +1395,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"+ timed steps ... ({time.perf_counter() - t_start:.0f} s elapsed)"
             )
             try:
-                entry["variants"][variant] = run_variant(
+                result = run_variant(
                     spec,
                     variant,
                     batch,
@@ -1354,16 +1407,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     a.seed,
                     not a.no_progress,
                     extra,
-                    profile_steps=profile,
+                    profile_steps=profile if run == 0 else 0,
                     profile_out=pathlib.Path(a.out),
+                )
+                earlier = entry["variants"].get(variant)
+                entry["variants"][variant] = (
+                    merge_repeat(earlier, result) if run and earlier else result
                 )
             except VariantSkipped as e:
                 entry["variants"][variant] = {"skipped": str(e)}
             except Exception as e:  # noqa: BLE001 - recorded, the other variants still run
-                entry["variants"][variant] = {
+                failed = {
                     "error": f"{type(e).__name__}: {e}"[:2000],
                     "traceback": traceback.format_exc()[-4000:],
                 }
+                earlier = entry["variants"].get(variant)
+                if run and earlier and "step_ms" in earlier:  # an earlier run's timings stand
+                    earlier["repeat_error"] = failed["error"]
+                else:
+                    entry["variants"][variant] = failed
             finally:
                 _free(device)
             _log(f"[{k}/{total}] {name} {variant}: {_done_line(entry['variants'][variant])}")
