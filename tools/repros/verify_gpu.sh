@@ -1,0 +1,50 @@
+#!/bin/bash
+# The GPU checks of changes made without device time (2026-11-27, sixteenth session), one device
+# call per part (each under the 10-minute limit on an H100):
+#
+#   run(command="COMMIT=$(git rev-parse --short HEAD) bash tools/repros/verify_gpu.sh abc",
+#       carry=[".whl", ".old"])
+#   run(command="COMMIT=... bash tools/repros/verify_gpu.sh gpt2", carry=[".whl"])
+#
+# abc:  the GPU tests of the shared ABC quantization and of abc_max_abs; per-layer passes, old
+#       tree vs this one (tools/repros/layer_passes.py; the JSON has the "producer" columns);
+#       the Llama step with inductor, hot, hot_amax (abc_max_abs="producer") and torchao float8
+#       side by side: is "producer" worth being the default?
+# gpt2: the gate's exact side padded as inductor pads it (tools/repros/gpt2_head_gate.py: the
+#       head should now keep bf16) and GPT-2's step, inductor vs hot, in 2 runs of alternating
+#       order (bench_train --repeat 2), with and without CUDA graphs.
+#
+# .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
+# --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with
+# (git archive <commit> hotcompile passes csrc pyproject.toml | tar -x -C .old). Everything
+# comes back as $OUT/all.tgz.
+part=${1:-abc}
+export PYTHONUNBUFFERED=1
+ln -sfn ../passes hotcompile/passes; ln -sfn ../csrc hotcompile/csrc
+if [ -d .old/hotcompile ]; then ln -sfn ../passes .old/hotcompile/passes; ln -sfn ../csrc .old/hotcompile/csrc; fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1
+export PYTHONPATH=$PWD:/tmp/site HOTCOMPILE_CACHE=/tmp/hc HOTCOMPILE_COMMIT=${COMMIT:-unknown}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
+T0=$(date +%s)
+if [ "$part" = abc ]; then
+  timeout 170 python3 -m pytest tests/test_lowering_gpu.py -q -x -p no:cacheprovider \
+    -k "abc_of_one_x or written_once or shared_gy or saves_the_weights_codes" > $OUT/tests.log 2>&1
+  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -15 $OUT/tests.log
+  if [ -d .old/hotcompile ]; then
+    TREE_NEW=${COMMIT:-new} timeout 150 python3 tools/repros/layer_passes.py --versions old=.old new=. \
+      --only llama --out $OUT/lp > $OUT/lp.log 2>&1
+    echo "layer_passes rc=$? $(( $(date +%s)-T0 ))s"; tail -8 $OUT/lp.log
+  fi
+  timeout 330 python3 tools/bench_train.py --no-progress --models llama \
+    --variants inductor,hot,hot_amax,torchao_float8 --steps 10 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+elif [ "$part" = gpt2 ]; then
+  timeout 120 python3 tools/repros/gpt2_head_gate.py > $OUT/head_gate.txt 2>&1
+  echo "head gate rc=$? $(( $(date +%s)-T0 ))s"; cat $OUT/head_gate.txt
+  timeout 420 python3 tools/bench_train.py --no-progress --models gpt2 --repeat 2 --profile 0 \
+    --variants inductor,hot,inductor_cg,hot_cg --steps 10 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+fi
+[ -f $OUT/bench/bench_train.md ] && grep -E "^\| (inductor|hot|torchao)" $OUT/bench/bench_train.md
+cd $OUT && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz .
