@@ -279,19 +279,16 @@ def test_native_forward_saves_the_weights_codes_not_the_weight() -> None:
     assert {s[0] for s in saved if s[1] in eight_bit} & both, saved
 
 
-def test_gradient_feeding_both_kernels_is_written_once() -> None:
-    """A SwiGLU's gate and up take HOT (text recipe): their g_y comes from the SwiGLU's
-    backward kernel, and HOT's two kernels (HQ for g_x, the g_w codes) read it. Both read
-    one buffer: no generated kernel stores one value twice (inductor gave each user-defined
-    kernel a copy of its own at the traced strides until ``passes.layout.realize_kernel_inputs``:
-    4 stores in place of 2 in the Llama's SwiGLU backward, +92 µs a block on the H100)."""
+def _swiglu_step_code(options: dict) -> list[str]:
+    """The modules inductor generates for one bf16-autocast training step of a SwiGLU (gate
+    and up read one x) compiled with ``backend="hot"`` and ``options``: forward first."""
     from test_lowering import SwiGLU
     from torch._inductor.utils import run_and_get_code
 
     torch.manual_seed(0)
     model = SwiGLU(256, 512).cuda()
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="hot", options={"recipe": "text", "prefer": "paper"})
+    compiled = torch.compile(model, backend="hot", options=options)
     x = torch.randn(4, 64, 256, device="cuda")
 
     def step():
@@ -299,12 +296,24 @@ def test_gradient_feeding_both_kernels_is_written_once() -> None:
             out = compiled(x)
         out.float().square().sum().backward()
 
-    _, codes = run_and_get_code(step)
-    src = "\n".join(codes)
-    assert "_hq_quant_kernel" in src and "silu" in src
+    return run_and_get_code(step)[1]
+
+
+def _assert_no_value_stored_twice(src: str) -> None:
     for name, body in re.findall(r"@triton.jit\ndef (triton_\w+)\(.*?\):\n(.*?)'''", src, re.S):
         stored = re.findall(r"tl\.store\([^,]+, (\w+)", body)
         assert len(stored) == len(set(stored)), (name, stored)
+
+
+def test_gradient_feeding_both_kernels_is_written_once() -> None:
+    """A SwiGLU's gate and up take HOT (text recipe): their g_y comes from the SwiGLU's
+    backward kernel, and HOT's two kernels (HQ for g_x, the g_w codes) read it. Both read
+    one buffer: no generated kernel stores one value twice (inductor gave each user-defined
+    kernel a copy of its own at the traced strides until ``passes.layout.realize_kernel_inputs``:
+    4 stores in place of 2 in the Llama's SwiGLU backward, +92 µs a block on the H100)."""
+    src = "\n".join(_swiglu_step_code({"recipe": "text", "prefer": "paper"}))
+    assert "_hq_quant_kernel" in src and "silu" in src
+    _assert_no_value_stored_twice(src)
 
 
 @pytest.mark.parametrize("max_abs", ["kernel", "producer"])
@@ -316,29 +325,13 @@ def test_abc_of_one_x_once_and_its_max_abs_where_x_is_made(max_abs: str) -> None
     (``"producer"``, ``hot.amax_bits``), which inductor computes in the kernel that writes x —
     the SwiGLU product's kernel becomes a row reduction that also stores the product — and
     HOT's kernel reads x once. The codes are those of the kernel's own pass."""
-    from test_lowering import SwiGLU
-    from torch._inductor.utils import run_and_get_code
-
     x3 = torch.randn(2, 100, 96, device="cuda", dtype=torch.bfloat16) * 3
     own = hot.hla_codes(x3, 0, (), 8, "fp8_e4m3", None)
     given = hot.hla_codes(x3, 0, (), 8, "fp8_e4m3", None, hot.amax_bits(x3))
     assert torch.equal(own[0].view(torch.uint8), given[0].view(torch.uint8))
     assert torch.equal(own[1], given[1])
 
-    torch.manual_seed(0)
-    model = SwiGLU(256, 512).cuda()
-    torch._dynamo.reset()
-    opts = {"recipe": "text", "prefer": "paper", "abc_max_abs": max_abs}
-    compiled = torch.compile(model, backend="hot", options=opts)
-    x = torch.randn(4, 64, 256, device="cuda")
-
-    def step():
-        with torch.autocast("cuda", torch.bfloat16):
-            out = compiled(x)
-        out.float().square().sum().backward()
-
-    _, codes = run_and_get_code(step)
-    forward = codes[0]
+    forward = _swiglu_step_code({"recipe": "text", "prefer": "paper", "abc_max_abs": max_abs})[0]
     names = re.findall(r"def (triton_\w+)\(", forward)
     fused = any("amax" in n and "silu" in n for n in names)
     assert fused == (max_abs == "producer"), names
@@ -348,6 +341,4 @@ def test_abc_of_one_x_once_and_its_max_abs_where_x_is_made(max_abs: str) -> None
     # (their scale is of the transformed weight)
     abc = 2 * (1 if max_abs == "producer" else 2)
     assert sum(n.startswith("_hla_quant_kernel") for n in launches) == abc + 3 * 2, launches
-    for name, body in re.findall(r"@triton.jit\ndef (triton_\w+)\(.*?\):\n(.*?)'''", forward, re.S):
-        stored = re.findall(r"tl\.store\([^,]+, (\w+)", body)
-        assert len(stored) == len(set(stored)), (name, stored)
+    _assert_no_value_stored_twice(forward)
