@@ -490,3 +490,49 @@ def test_cli_guards_missing_libraries():
             args = _cli(["report", flag, "some-model", "--input", "1x3x224x224"])
             with pytest.raises(SystemExit, match=lib):
                 args.func(args)
+
+
+def test_cli_builds_hugging_face_models_without_downloads(capsys, tmp_path, monkeypatch):
+    """``--hf`` takes a model type (its default configuration: nothing downloaded), sized with
+    ``--hf-config``, or a local directory holding a config.json; a name that is neither and
+    cannot be fetched exits saying what to pass. The KV cache is off (a training step)."""
+    try:
+        transformers = compat.import_module("transformers")
+    except ImportError:
+        pytest.skip("needs transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = _cli(["report", "--hf", "gpt2", "--hf-config", "n_layer=1", "--input", "1x64:int64"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    names = [ln.split()[0] for ln in out.splitlines() if ln.startswith("h.")]
+    assert names == ["h.0.attn.c_attn", "h.0.attn.c_proj", "h.0.mlp.c_fc", "h.0.mlp.c_proj"]
+    assert "(addmm)" in out  # GPT-2's Conv1D layers
+
+    cfg = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, head_dim=16, vocab_size=100,
+    )  # fmt: skip
+    cfg.save_pretrained(tmp_path)
+    args = _cli(["report", "--hf", str(tmp_path), "--input", "1x16:int64", "--json"])
+    assert args.func(args) == 0
+    layers = {r["name"]: r for r in json.loads(capsys.readouterr().out)["layers"]}
+    assert len(layers) == 14 and layers["layers.1.mlp.down_proj"]["I"] == 128
+
+    args = _cli(["report", "--hf", str(tmp_path / "nothing-here"), "--input", "1x16:int64"])
+    with pytest.raises(SystemExit, match="local directory holding its config.json"):
+        args.func(args)
+    with pytest.raises(SystemExit):
+        _cli(["report", "--hf", "gpt2", "--hf-config", "n_layer"])
+
+
+def test_cli_builds_timm_models_by_name(capsys):
+    """``--timm NAME``: the model with random weights (nothing downloaded), every linear in the
+    plan."""
+    try:
+        compat.import_module("timm")
+    except ImportError:
+        pytest.skip("needs timm")
+    args = _cli(["report", "--timm", "vit_tiny_patch16_224", "--input", "1x3x224x224", "--json"])
+    assert args.func(args) == 0
+    layers = [r["name"] for r in json.loads(capsys.readouterr().out)["layers"]]
+    assert "blocks.11.mlp.fc2" in layers and "head" in layers and len(layers) == 12 * 4 + 2
