@@ -1,7 +1,8 @@
 """Command-line arguments shared by ``hotcompile report`` and ``hotcompile diff``.
 
-Both take a model as ``package.module:factory`` plus ``--input SHAPE[:DTYPE]`` and
-``--option KEY=VALUE``; parsing them in one place keeps the two tools' conventions identical.
+Both take a model as ``package.module:factory`` or by library name (``--timm NAME``, ``--hf
+NAME``), plus ``--input SHAPE[:DTYPE]`` and ``--option KEY=VALUE``; parsing them in one place
+keeps the two tools' conventions identical.
 """
 
 from __future__ import annotations
@@ -89,3 +90,75 @@ def load_factory(target: str) -> tuple[nn.Module, list[Any] | None]:
     if not isinstance(made, nn.Module):
         raise SystemExit(f"{target} returned {type(made).__name__}, not an nn.Module")
     return made, example
+
+
+def add_library_model_args(p: argparse.ArgumentParser) -> None:
+    """``--timm``, ``--hf`` and ``--hf-config``: a model by library name, random weights."""
+    p.add_argument("--timm", metavar="NAME", help="a timm model name (needs timm)")
+    p.add_argument("--hf", metavar="NAME", help="a Hugging Face model type (gpt2, llama, ...: "
+                   "its default configuration, no download), a local directory holding a "
+                   "config.json, or a hub id; needs transformers")  # fmt: skip
+    p.add_argument("--hf-config", action="append", type=parse_config_fields,
+                   metavar="KEY=VALUE[,...]", help="set fields of the --hf configuration, "
+                   "e.g. num_hidden_layers=2 (repeatable)")  # fmt: skip
+
+
+def library_model(args: argparse.Namespace) -> nn.Module | None:
+    """The model ``--timm`` / ``--hf`` name (built on the current default device), or None
+    when neither is given."""
+    from hotcompile import compat
+
+    if getattr(args, "timm", None):
+        try:
+            timm = compat.import_module("timm")
+        except ImportError:
+            raise SystemExit("--timm needs the timm package (pip install timm)") from None
+        return timm.create_model(args.timm, pretrained=False)
+    if getattr(args, "hf", None):
+        try:
+            transformers = compat.import_module("transformers")
+        except ImportError:
+            raise SystemExit("--hf needs transformers (pip install transformers)") from None
+        cfg = hf_config(transformers, args.hf, args.hf_config or [])
+        return transformers.AutoModel.from_config(cfg)
+    return None
+
+
+def hf_config(transformers: Any, name: str, overrides: list[dict[str, Any]]) -> Any:
+    """The configuration of ``--hf NAME``: a model type's default configuration
+    (``AutoConfig.for_model``, no download: ``gpt2`` is GPT-2 small), else a local directory or
+    a hub id (``from_pretrained``) — without the KV cache (a training step), then
+    ``overrides`` (``--hf-config``) set fields, e.g. a model's size. A name that cannot be
+    loaded exits with what to pass instead."""
+    if name in transformers.CONFIG_MAPPING:
+        cfg = transformers.AutoConfig.for_model(name)
+    else:
+        try:
+            cfg = transformers.AutoConfig.from_pretrained(name)
+        except (OSError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise SystemExit(
+                f"--hf {name}: no configuration could be loaded ({first}). Without a network, "
+                "pass a local directory holding its config.json, or a model type (e.g. "
+                "gpt2, llama, bert, mistral) with --hf-config KEY=VALUE for its size"
+            ) from None
+    if hasattr(cfg, "use_cache"):  # a training step: no KV cache (its empty tensors are real)
+        cfg.use_cache = False
+    for fields in overrides:
+        for key, value in fields.items():
+            if not hasattr(cfg, key):
+                raise SystemExit(f"--hf-config: {type(cfg).__name__} has no field {key!r}")
+            setattr(cfg, key, value)
+    return cfg
+
+
+def parse_config_fields(text: str) -> dict[str, Any]:
+    """``KEY=VALUE[,KEY=VALUE...]`` with Python literals (``n_layer=2,use_cache=False``); a
+    value that is not one stays a string (``attn_implementation=sdpa``)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {part!r}")
+        out[key.strip()] = parse_option(part)[1]
+    return out

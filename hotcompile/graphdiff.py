@@ -42,7 +42,13 @@ from typing import Any, TextIO
 import torch
 import torch.nn as nn
 
-from hotcompile.cliargs import load_factory, parse_input_spec, parse_option
+from hotcompile.cliargs import (
+    add_library_model_args,
+    library_model,
+    load_factory,
+    parse_input_spec,
+    parse_option,
+)
 from hotcompile.config import HotConfig
 from hotcompile.passes import rewrite
 
@@ -1243,7 +1249,15 @@ def load_model(target: str, inputs: Sequence[torch.Tensor]) -> tuple[nn.Module, 
 
 
 def _run_cli(args: argparse.Namespace) -> int:
-    model, inputs = load_model(args.model, args.input or [])
+    model = library_model(args)
+    if model is not None:
+        if not args.input:
+            raise SystemExit("--timm / --hf: give the example input, e.g. --input 2x64:int64")
+        inputs = list(args.input)
+    elif args.model:
+        model, inputs = load_model(args.model, args.input or [])
+    else:
+        raise SystemExit("give a model as package.module:factory (or --timm / --hf)")
     options = dict(args.option or [])
     result = diff(model, inputs, options or None)
     if args.html:
@@ -1283,8 +1297,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             small."""),
         epilog=textwrap.dedent("""\
             MODEL is 'package.module:factory': a function returning the model, or
-            (model, example_inputs). --input SHAPE[:DTYPE] makes a random input
-            (float32 by default; integer dtypes draw token ids in [0, 100)).
+            (model, example_inputs); or a library model by name (--timm NAME, --hf NAME:
+            random weights, nothing downloaded for a Hugging Face model type). --input
+            SHAPE[:DTYPE] makes a random input (float32 by default; integer dtypes draw token
+            ids in [0, 100)).
 
             examples:
               hotcompile diff hotcompile.graphdiff:example_block
@@ -1293,9 +1309,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
               hotcompile diff mypkg.models:make_lm --input 2x64:int64 --json > diff.json
               hotcompile diff mypkg.models:make_vit --input 2x3x32x32 \\
                   --option exclude="('head',)" --option gx_bits=8
+              hotcompile diff --hf gpt2 --hf-config n_layer=1 --input 2x64:int64 --summary
               TORCH_TRACE=/tmp/trace hotcompile diff ...   # then: tlparse /tmp/trace/*"""),
     )
-    p.add_argument("model", metavar="MODEL", help="package.module:factory")
+    p.add_argument("model", metavar="MODEL", nargs="?", help="package.module:factory")
+    add_library_model_args(p)
     p.add_argument(
         "--input",
         action="append",

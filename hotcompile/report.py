@@ -13,7 +13,6 @@ the report sums the bytes of what each forward saves for its backward.
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import csv
 import dataclasses
@@ -28,8 +27,14 @@ from typing import Any
 import sympy
 import torch
 
-from hotcompile import compat, cost
-from hotcompile.cliargs import load_factory, parse_input_spec, parse_option
+from hotcompile import cost
+from hotcompile.cliargs import (
+    add_library_model_args,
+    library_model,
+    load_factory,
+    parse_input_spec,
+    parse_option,
+)
 from hotcompile.config import HotConfig
 
 GIB = 1024**3
@@ -792,64 +797,12 @@ def _parse_input(text: str) -> torch.Tensor:
 def _load_model(args: argparse.Namespace) -> tuple[torch.nn.Module, Any]:
     """The model (built on meta) and its example inputs from a factory or a model hub."""
     with torch.device("meta"):
-        if args.timm:
-            try:
-                timm = compat.import_module("timm")
-            except ImportError:
-                raise SystemExit("--timm needs the timm package (pip install timm)") from None
-            return timm.create_model(args.timm, pretrained=False), None
-        if args.hf:
-            try:
-                transformers = compat.import_module("transformers")
-            except ImportError:
-                raise SystemExit("--hf needs transformers (pip install transformers)") from None
-            cfg = hf_config(transformers, args.hf, args.hf_config or [])
-            return transformers.AutoModel.from_config(cfg), None
+        model = library_model(args)
+        if model is not None:
+            return model, None
         if not args.model or ":" not in args.model:
             raise SystemExit("give a model as package.module:factory (or --timm / --hf)")
         return load_factory(args.model)
-
-
-def hf_config(transformers: Any, name: str, overrides: list[dict[str, Any]]) -> Any:
-    """The configuration of ``--hf NAME``: a model type's default configuration
-    (``AutoConfig.for_model``, no download: ``gpt2`` is GPT-2 small), else a local directory or
-    a hub id (``from_pretrained``) — without the KV cache (a training step), then
-    ``overrides`` (``--hf-config``) set fields, e.g. a model's size. A name that cannot be
-    loaded exits with what to pass instead."""
-    if name in transformers.CONFIG_MAPPING:
-        cfg = transformers.AutoConfig.for_model(name)
-    else:
-        try:
-            cfg = transformers.AutoConfig.from_pretrained(name)
-        except (OSError, ValueError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise SystemExit(
-                f"--hf {name}: no configuration could be loaded ({first}). Without a network, "
-                "pass a local directory holding its config.json, or a model type (e.g. "
-                "gpt2, llama, bert, mistral) with --hf-config KEY=VALUE for its size"
-            ) from None
-    if hasattr(cfg, "use_cache"):  # a training step: no KV cache (its empty tensors are real)
-        cfg.use_cache = False
-    for fields in overrides:
-        for key, value in fields.items():
-            if not hasattr(cfg, key):
-                raise SystemExit(f"--hf-config: {type(cfg).__name__} has no field {key!r}")
-            setattr(cfg, key, value)
-    return cfg
-
-
-def _config_fields(text: str) -> dict[str, Any]:
-    """``KEY=VALUE[,KEY=VALUE...]`` with Python literals (``n_layer=2,use_cache=False``)."""
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip():
-            raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {part!r}")
-        try:
-            out[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            out[key.strip()] = value.strip()  # a bare string, e.g. attn_implementation=sdpa
-    return out
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -900,13 +853,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", type=_parse_input, metavar="SHAPE[:DTYPE]",
                    help="an example input shape, e.g. 1x3x224x224 or 1x512:int64; "
                    "repeat for several positional inputs")  # fmt: skip
-    p.add_argument("--timm", metavar="NAME", help="a timm model name (needs timm)")
-    p.add_argument("--hf", metavar="NAME", help="a Hugging Face model id, a local directory "
-                   "with its config.json, or a model type (gpt2, llama, ...: its default "
-                   "configuration, no download); needs transformers")  # fmt: skip
-    p.add_argument("--hf-config", action="append", type=_config_fields,
-                   metavar="KEY=VALUE[,...]", help="set fields of the --hf configuration, "
-                   "e.g. num_hidden_layers=2 (repeatable)")  # fmt: skip
+    add_library_model_args(p)
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print JSON")
     fmt.add_argument("--csv", action="store_true", help="print CSV (one row per layer)")

@@ -342,6 +342,29 @@ def test_cli_json_and_html(tmp_path):
     assert page.read_text().startswith("<!DOCTYPE html>")
 
 
+def test_cli_takes_library_models_by_name(monkeypatch):
+    """``hotcompile diff --hf gpt2 --hf-config n_layer=1``: the model type's default
+    configuration, random weights, nothing downloaded; GPT-2's Conv1D layers are rewritten and
+    their inputs saved compressed. Without a model or without an input it says what to give."""
+    try:
+        from hotcompile import compat
+
+        compat.import_module("transformers")
+    except ImportError:
+        pytest.skip("needs transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rc, out = _cli(["diff", "--hf", "gpt2", "--hf-config", "n_layer=1", "--input", "2x32:int64",
+                    "--json"])  # fmt: skip
+    assert rc == 0
+    layers = {lay["name"]: lay for lay in json.loads(out)["layers"]}
+    assert set(layers) >= {"h.0.attn.c_attn", "h.0.mlp.c_fc", "h.0.mlp.c_proj"}
+    assert all(layers[n]["path"] != "skipped" for n in ("h.0.mlp.c_fc", "h.0.mlp.c_proj"))
+    with pytest.raises(SystemExit, match="--input"):
+        _cli(["diff", "--hf", "gpt2", "--hf-config", "n_layer=1"])
+    with pytest.raises(SystemExit, match="package.module:factory"):
+        _cli(["diff"])
+
+
 def test_cli_text_and_help(capsys):
     rc, out = _cli(["diff", "hotcompile.graphdiff:example_block", "--no-color", "--summary"])
     assert rc == 0 and "\x1b[" not in out
