@@ -2,9 +2,10 @@
 # The GPU checks of changes made without device time (2026-11-27, sixteenth session), one device
 # call per part (each under the 10-minute limit on an H100):
 #
-#   run(command="COMMIT=$(git rev-parse --short HEAD) bash tools/repros/verify_gpu.sh abc",
-#       carry=[".whl", ".old"])
-#   run(command="COMMIT=... bash tools/repros/verify_gpu.sh gpt2", carry=[".whl"])
+#   run(command="COMMIT=<this commit> bash tools/repros/verify_gpu.sh abc", carry=[".whl", ".old"])
+#   run(command="COMMIT=<this commit> bash tools/repros/verify_gpu.sh gpt2", carry=[".whl"])
+#
+# (the device gets a copy of the working tree, not its git history: name the commit here)
 #
 # abc:  the GPU tests of the shared ABC quantization and of abc_max_abs; per-layer passes, old
 #       tree vs this one (tools/repros/layer_passes.py; the JSON has the "producer" columns);
@@ -15,8 +16,9 @@
 #       order (bench_train --repeat 2), with and without CUDA graphs.
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
-# --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with
-# (git archive <commit> hotcompile passes csrc pyproject.toml | tar -x -C .old). Everything
+# --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
+# e.g. the sixteenth session's start (git archive 6be7b10 hotcompile passes csrc pyproject.toml
+# | tar -x -C .old). Everything
 # comes back as $OUT/all.tgz.
 part=${1:-abc}
 export PYTHONUNBUFFERED=1
