@@ -367,6 +367,9 @@ def test_gate_times_the_exact_side_padded_as_inductor_pads_it() -> None:
     g2, x2 = torch.randn(40, 56).bfloat16(), torch.randn(40, 24).bfloat16()
     assert gate._bf16_padded_fn(aligned, g2, torch.randn(56, 24), x2) is None
     assert gate._alignment(torch.float32) == 4
+    # what measure() times and keeps the faster of: both sides for the odd shape, one else
+    assert len(gate.exact_sides(s, gy, w, x)) == 2
+    assert len(gate.exact_sides(aligned, g2, torch.randn(56, 24), x2)) == 1
 
 
 TRITON_OPS_CHECK = """
