@@ -157,8 +157,8 @@ def parse_config_fields(text: str) -> dict[str, Any]:
     value that is not one stays a string (``attn_implementation=sdpa``)."""
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip():
+        if "=" not in part or not part.partition("=")[0].strip():
             raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {part!r}")
-        out[key.strip()] = parse_option(part)[1]
+        key, value = parse_option(part)
+        out[key] = value
     return out

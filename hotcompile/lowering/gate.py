@@ -156,7 +156,9 @@ def estimate(s: Shape) -> Speed:
         hot += _gemm_us(O, I, k, "fp8" if "fp8" in s.gw_rounding else "int8")
         # HLA of g_y and ABC of x: two reads (max-abs, codes) and the codes written; one read
         # for plain rows (g_y's max-abs from HQ's pass, x's from x's producer)
-        plain = not s.rows and s.grid_w == 0 and not s.signs
+        from hotcompile.lowering.hot import plain_rows
+
+        plain = plain_rows(s.grid_w, s.rows, s.signs)
         gy_reads = 1 if plain and s.need_gx and s.gx_bits else 2
         x_reads = 1 if plain and s.x_amax_given else 2
         hot += _pass_us(gy_reads * L * O * 2 + k * O, gy_reads)

@@ -27,6 +27,7 @@ writes ``DIR/layer_passes.json`` and ``DIR/layer_passes.md``. One version alone:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -89,8 +90,6 @@ def probe(name: str, L: int, O: int, I: int, N: int, recipe: str) -> dict:  # no
         r["g_w codes of g_y"] = T(lambda: hot.hla_codes(gy3, 0, rows, 8, FP8, None))
     r["ABC x"] = T(lambda: hot.compress(x3, 0, rows, 8, FP8, None))
     if text and hasattr(hot, "amax_bits"):  # abc_max_abs="producer" (this session's option)
-        import dataclasses
-
         amax = hot.amax_bits(x3)
         r["HOT, abc_max_abs=producer"] = T(
             gate._hot_fn(dataclasses.replace(s, x_amax_given=True), gy, w, x)
