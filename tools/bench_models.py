@@ -157,7 +157,8 @@ def _resnet50(quick: bool) -> nn.Module:
     return timm.create_model("resnet50", pretrained=False, num_classes=1000)
 
 
-def _llama(quick: bool) -> nn.Module:
+def _llama(quick: bool, layers: int | None = None) -> nn.Module:
+    """The benchmark's Llama (``layers``: another number of blocks, same widths)."""
     tf = import_module("transformers")
     dims = (
         dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
@@ -167,6 +168,8 @@ def _llama(quick: bool) -> nn.Module:
         | dict(num_attention_heads=16, num_key_value_heads=16, vocab_size=32000)
         | dict(max_position_embeddings=2048)
     )
+    if layers is not None:
+        dims["num_hidden_layers"] = layers
     cfg = tf.LlamaConfig(**dims, use_cache=False, attn_implementation="sdpa")
     return tf.LlamaForCausalLM(cfg)
 

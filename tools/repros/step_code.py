@@ -30,38 +30,25 @@ import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 
-class WithLoss(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        logits = self.model(x).logits
-        return F.cross_entropy(logits.float().flatten(0, -2), t.flatten())
-
-
 def build(layers: int) -> nn.Module:
-    import transformers as tf
+    """The benchmark's Llama (``tools/bench_models.py``) with ``layers`` blocks, its loss
+    compiled with it (``bench_train.WithLoss``)."""
+    import bench_models
+    from bench_train import WithLoss
 
-    cfg = tf.LlamaConfig(
-        hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
-        num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
-        max_position_embeddings=2048, use_cache=False, attn_implementation="sdpa",
-    )  # fmt: skip
     torch.manual_seed(0)
-    return tf.LlamaForCausalLM(cfg)
+    return WithLoss(bench_models._llama(False, layers))
 
 
 def run(variant: str, options: dict, a: argparse.Namespace, out: pathlib.Path) -> dict:
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
-    model = WithLoss(build(a.layers)).cuda()
+    model = build(a.layers).cuda()
     if variant == "inductor":
         compiled = torch.compile(model)
     else:
