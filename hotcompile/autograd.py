@@ -64,7 +64,7 @@ class LayerSpec:
     block: int = 16
     rounding: str = "pseudo_stochastic"
     abc: bool = True
-    abc_max_abs: str = "kernel"
+    abc_max_abs: str = "producer"
     hla_signs: bool = False
     hla_2d: str = "none"
     exact: bool = False

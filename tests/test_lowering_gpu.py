@@ -337,8 +337,11 @@ def test_abc_of_one_x_once_and_its_max_abs_where_x_is_made(max_abs: str) -> None
     assert fused == (max_abs == "producer"), names
     launches = re.findall(r"^\s+(\w+)\.run\(", forward, re.M)
     # ABC: one quantization for gate's and up's x, one for down's, each of one launch
-    # ("producer") or two; the three weights' codes: a max-abs pass and a codes pass each
-    # (their scale is of the transformed weight)
+    # ("producer") or two; the weight's codes of down alone (the step's x needs no gradient,
+    # so gate and up have no g_x): a max-abs pass and a codes pass (the scale is of the
+    # transformed weight). The H100 gave 6 with "kernel" (2026-11-27); one ABC quantization
+    # per layer would give 8.
     abc = 2 * (1 if max_abs == "producer" else 2)
-    assert sum(n.startswith("_hla_quant_kernel") for n in launches) == abc + 3 * 2, launches
+    hla = [n for n in launches if n.startswith("_hla_quant_kernel")]
+    assert len(hla) == abc + 2, launches
     _assert_no_value_stored_twice(forward)
