@@ -49,7 +49,7 @@ QMAX = int(FP8_MAX)
 @triton.jit
 def _gy_codes_kernel(
     gy_ptr, hq_ptr, hq_scale_ptr, gw_ptr, gw_scale_ptr, amax_ptr,
-    L, O, L_OUT, O_PAD, R, stride_g, stride_h,
+    L, O, L_OUT, O_PAD, R, stride_g, stride_h, seed,
     QMAX: tl.constexpr, NCHUNK: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr,
 ):  # fmt: skip
     """HQ's per-token FP8 codes of ``g_y·B_O`` ``[L_OUT, O_PAD]`` and their scales, and the
@@ -71,7 +71,7 @@ def _gy_codes_kernel(
             gy_ptr + rows64[:, None] * stride_g + cc[None, :],
             mask=rmask[:, None] & cmask[None, :], other=0.0,
         ).to(tl.float32)  # fmt: skip
-        cw = codes(raw, s_w, 0, 0, FP8, QMAX, 1)
+        cw = codes(raw, s_w, cc[None, :], seed, FP8, QMAX, 1)  # (offs, seed: unused by FP8)
         # the K-major store: column o of the [O, R] codes holds this tile's BLOCK_L tokens
         cwt = tl.trans(cw)
         ptrs = gw_ptr + cc.to(tl.int64)[:, None] * R + rows[None, :]
@@ -84,7 +84,7 @@ def _gy_codes_kernel(
     for c in range(NCHUNK):
         cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
         x, _ = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
-        q = codes(x, s, 0, 0, FP8, QMAX, 1)
+        q = codes(x, s, cc[None, :], seed, FP8, QMAX, 1)
         mask = (rows < L_OUT)[:, None] & (cc < O_PAD)[None, :]
         ptrs = hq_ptr + rows64[:, None] * stride_h + cc[None, :]
         tl.store(ptrs, q.to(hq_ptr.dtype.element_ty), mask=mask)
@@ -103,7 +103,7 @@ def gy_codes(gy: torch.Tensor, amax: torch.Tensor, block_l: int, block_o: int, w
     nchunk = triton.cdiv(o_pad, block_o)
     grid = (triton.cdiv(l_out, block_l),)
     _gy_codes_kernel[grid](
-        gy, hq, hs, gw, ws, amax, L, O, l_out, o_pad, L, gy.stride(0), hq.stride(0),
+        gy, hq, hs, gw, ws, amax, L, O, l_out, o_pad, L, gy.stride(0), hq.stride(0), 0,
         QMAX=QMAX, NCHUNK=nchunk, BLOCK_L=block_l, BLOCK_O=block_o, num_warps=warps,
     )  # fmt: skip
     return hq, hs, gw, ws
