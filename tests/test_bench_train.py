@@ -334,3 +334,36 @@ def test_nested_hot_ops_count_once_in_the_profile() -> None:
     prof = bench.profile_steps_of(step, 2, torch.device("cpu"), "t", None)
     assert set(prof["hot_ops"]) == {"hotcompile::hla_grad_weight_dense"}
     assert prof["hot_ops"]["hotcompile::hla_grad_weight_dense"]["calls"] == 1
+
+
+def test_isolate_runs_each_variant_in_a_fresh_process(tmp_path: pathlib.Path) -> None:
+    """``--isolate``: every variant runs in a child process of its own (nothing one variant
+    leaves behind reaches the next one's host), with the parent's other options; the parent
+    collects the children's results and logs and says so in the report."""
+    res = bench.main(
+        ["--quick", "--models", "gpt2", "--variants", "inductor,hot", "--steps", "2"]
+        + ["--isolate", "--profile", "0", "--no-progress", "--out", str(tmp_path)]
+    )
+    assert res["isolate"] is True
+    variants = res["models"][0]["variants"]
+    assert set(variants) == {"inductor", "hot"}
+    for name, v in variants.items():
+        assert "error" not in v, v
+        assert len(v["step_times_ms"]) == 2 and v["step_ms"] > 0, name
+        log = (tmp_path / "isolated" / f"gpt2_{name}_run0" / "log.txt").read_text()
+        # the child ran one variant with the parent's --steps and --quick
+        assert f"gpt2 {name} (batch" in log and "--steps 2" in log, log[-500:]
+        other = "hot" if name == "inductor" else "inductor"
+        assert f"gpt2 {other} (batch" not in log
+    assert "fresh Python process (--isolate)" in (tmp_path / "bench_train.md").read_text()
+
+
+def test_isolate_child_command_line() -> None:
+    """A child keeps the parent's options and gets its own model, variant, run and output."""
+    argv = ["--steps=7", "--models", "llama,gpt2", "--isolate", "--repeat", "3"]
+    argv += ["--hot-options", '{"gx_bits": 8}', "--out=/x", "--profile", "3", "--variants=a,b"]
+    got = bench.child_argv(argv, "gpt2", "hot", 0, pathlib.Path("/x/isolated/c"))
+    assert got == [
+        "--steps=7", "--hot-options", '{"gx_bits": 8}', "--models", "gpt2", "--variants", "hot",
+        "--repeat", "1", "--profile", "0", "--out", "/x/isolated/c",
+    ]  # fmt: skip

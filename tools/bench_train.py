@@ -67,7 +67,9 @@ import json
 import math
 import pathlib
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -909,6 +911,7 @@ def markdown(res: dict[str, Any]) -> str:
             if res.get("repeat", 1) > 1
             else ""
         )
+        + (", each variant run in a fresh Python process (--isolate)" if res.get("isolate") else "")
         + f", {res['profile_steps']} profiled steps; bf16 autocast; AdamW (fused where "
         f"available); total {res.get('total_s', 0):.0f} s. Command: `{res['command']}`",
     ]
@@ -1123,6 +1126,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  python3 tools/bench_train.py --batch vit_b16=64,llama=2\n"
             "  python3 tools/bench_train.py --variants inductor,hot,hot_nocheck,torchao_float8_cg\n"
             "  python3 tools/bench_train.py --quick --out /tmp/bt  # CPU smoke test, tiny models\n"
+            "  python3 tools/bench_train.py --models gpt2 --repeat 2 --isolate  # host-bound\n"
             "\n"
             "torchao (for torchao_float8) is not a dependency: install it beside torch, e.g.\n"
             "  pip install --no-deps --target /tmp/site torchao-*.whl; "
@@ -1207,9 +1211,76 @@ def build_parser() -> argparse.ArgumentParser:
         "run's median in the notes): for host-bound models, where the host drifts between "
         "variants run one after another (default: %(default)s; profiles in the first run only)",
     )
+    ap.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run every variant (and every --repeat run of it) in a fresh Python process: "
+        "nothing a variant leaves behind (CUDA-graph pools, allocator state, Dynamo and "
+        "autotuning caches in memory, Python garbage) slows the next one's host; inductor's "
+        "on-disk caches stay shared. Each child's log and result are in OUT/isolated/",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
     return ap
+
+
+#: options a parent run sets itself for each ``--isolate`` child (with a value, or flags)
+_CHILD_VALUE_OPTIONS = ("--models", "--variants", "--out", "--repeat", "--profile")
+_CHILD_FLAGS = ("--isolate",)
+
+
+def child_argv(argv: list[str], model: str, variant: str, profile: int, out: pathlib.Path):
+    """The command-line of one ``--isolate`` child: the parent's own options (steps, batch,
+    HOT options, ...) with one model, one variant, one run and its own output directory."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in _CHILD_FLAGS:
+            continue
+        if name in _CHILD_VALUE_OPTIONS:
+            skip = "=" not in arg
+            continue
+        kept.append(arg)
+    return kept + [
+        "--models", model, "--variants", variant, "--repeat", "1", "--profile", str(profile),
+        "--out", str(out),
+    ]  # fmt: skip
+
+
+def run_isolated(
+    argv: list[str], model: str, variant: str, run: int, profile: int, out: pathlib.Path
+) -> dict[str, Any]:
+    """One variant of one model in a fresh Python process (``--isolate``); its result as
+    :func:`run_variant` returns it, its profile table copied into ``out``. Why: in one
+    process a variant run after another is timed on a host the earlier one changed — run 20
+    (H100, 2026-11-27) timed ResNet-50's ``hot`` variant, whose compiled graphs were
+    inductor's own (the same FX-graph hashes), at 31.6 ms against inductor's 27.6 ms, its
+    host operators 1.5-2x slower (``aten::convolution_backward`` 5.88 vs 2.95 ms a step)
+    right after a CUDA-graph variant."""
+    child_out = out / "isolated" / f"{model}_{variant}_run{run}"
+    child_out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(pathlib.Path(__file__).resolve())]
+    cmd += child_argv(argv, model, variant, profile, child_out)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    (child_out / "log.txt").write_text(proc.stdout + proc.stderr)
+    result = child_out / "bench_train.json"
+    if not result.is_file():
+        tail = (proc.stdout + proc.stderr)[-1500:]
+        raise RuntimeError(f"isolated run exited {proc.returncode} with no result: {tail}")
+    entry = json.loads(result.read_text())["models"][0]
+    if "skipped" in entry:
+        raise VariantSkipped(entry["skipped"])
+    v = entry["variants"][variant]
+    if "skipped" in v:
+        raise VariantSkipped(v["skipped"])
+    if "error" in v:
+        raise RuntimeError(f"(in its isolated process) {v['error']}")
+    for table in child_out.glob("profile_*.txt"):
+        shutil.copy(table, out / table.name)
+    return v
 
 
 def _judge(entry: dict[str, Any]) -> None:
@@ -1358,6 +1429,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if a.repeat < 1:
         raise SystemExit("--repeat: a positive number of runs")
     res["repeat"] = a.repeat
+    res["isolate"] = bool(a.isolate)
+    child_args = list(sys.argv[1:] if argv is None else argv)
     runs = [variants if r % 2 == 0 else variants[::-1] for r in range(a.repeat)]
     total = len(names) * len(variants) * a.repeat
     k = 0
@@ -1396,21 +1469,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"+ timed steps ... ({time.perf_counter() - t_start:.0f} s elapsed)"
             )
             try:
-                result = run_variant(
-                    spec,
-                    variant,
-                    batch,
-                    steps,
-                    warmup,
-                    device,
-                    a.quick,
-                    compiler,
-                    a.seed,
-                    not a.no_progress,
-                    extra,
-                    profile_steps=profile if run == 0 else 0,
-                    profile_out=pathlib.Path(a.out),
-                )
+                if a.isolate:
+                    n_prof = profile if run == 0 else 0
+                    result = run_isolated(child_args, name, variant, run, n_prof, out)
+                else:
+                    result = run_variant(
+                        spec,
+                        variant,
+                        batch,
+                        steps,
+                        warmup,
+                        device,
+                        a.quick,
+                        compiler,
+                        a.seed,
+                        not a.no_progress,
+                        extra,
+                        profile_steps=profile if run == 0 else 0,
+                        profile_out=pathlib.Path(a.out),
+                    )
                 earlier = entry["variants"].get(variant)
                 entry["variants"][variant] = (
                     merge_repeat(earlier, result) if run and earlier else result
