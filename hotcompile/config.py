@@ -162,7 +162,8 @@ class HotConfig:
             fc1's output, which the activation's backward reads; an activation and a
             compression per block more in the backward: ViT-B/16 on the H100 saves 0.70× of
             inductor's activation bytes instead of 0.76× for 1.6% more step time under CUDA
-            graphs, tools/results/bench_train.md), ``"views"`` (view/copy chains only: the
+            graphs, ops path, tools/results/bench_train_runs/run2_6f362ac.md), ``"views"``
+            (view/copy chains only: the
             attention output feeding ``proj``), ``"off"`` (the partitioner's own choice).
         abc_max_abs: where ABC's per-tensor scale of x's plain rows (no HLA: the text recipe;
             native path on CUDA) gets x's max-abs: ``"producer"`` (default: a row max written as
