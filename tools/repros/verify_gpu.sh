@@ -1,6 +1,7 @@
 #!/bin/bash
 # The GPU checks of changes made without device time (2026-11-27, sixteenth session), one device
-# call per part (each under the 10-minute limit on an H100):
+# call per part (each under the 10-minute limit on an H100). Ran in the seventeenth session at
+# 4cec285: tools/results/gpu_tests.md, bench_train_runs/run20pre_* and run20a_*.
 #
 #   run(command="COMMIT=<this commit> bash tools/repros/verify_gpu.sh abc", carry=[".whl", ".old"])
 #   run(command="COMMIT=<this commit> bash tools/repros/verify_gpu.sh gpt2", carry=[".whl"])
