@@ -10,7 +10,8 @@
 #
 # abc:  the GPU tests of the shared ABC quantization and of abc_max_abs; per-layer passes, old
 #       tree vs this one (tools/repros/layer_passes.py; the JSON has the "producer" columns);
-#       the Llama step with inductor, hot, hot_amax (abc_max_abs="producer") and torchao float8
+#       the Llama step with inductor, hot, hot_kernel_amax (abc_max_abs="kernel"; at 4cec285 the
+#       variant was hot_amax, "producer", not yet the default) and torchao float8
 #       side by side: is "producer" worth being the default?
 # gpt2: the gate's exact side padded as inductor pads it (tools/repros/gpt2_head_gate.py: the
 #       head should now keep bf16) and GPT-2's step, inductor vs hot, in 2 runs of alternating
@@ -40,7 +41,7 @@ if [ "$part" = abc ]; then
     echo "layer_passes rc=$? $(( $(date +%s)-T0 ))s"; tail -8 $OUT/lp.log
   fi
   timeout 330 python3 tools/bench_train.py --no-progress --models llama \
-    --variants inductor,hot,hot_amax,torchao_float8 --steps 10 --out $OUT/bench > $OUT/bench.log 2>&1
+    --variants inductor,hot,hot_kernel_amax,torchao_float8 --steps 10 --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
 elif [ "$part" = gpt2 ]; then
   timeout 120 python3 tools/repros/gpt2_head_gate.py > $OUT/head_gate.txt 2>&1
