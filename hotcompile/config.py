@@ -169,8 +169,8 @@ class HotConfig:
             native path on CUDA) gets x's max-abs: ``"producer"`` (default: a row max written as
             ATen, ``hotcompile.lowering.hot.amax_bits``, which inductor can compute in the
             kernel that writes x — an RMSNorm's, a SwiGLU product's — so that HOT's kernel
-            reads x once; the same codes, bit for bit; the Llama's step on the H100 69.8 ms
-            against 71.2 ms with ``"kernel"``, ``tools/results/bench_train_runs/run20_*``) or
+            reads x once; the same codes, bit for bit; the Llama's step on the H100 69.3 ms
+            against 69.6 ms with ``"kernel"``, ``tools/results/bench_train_runs/run23_*``) or
             ``"kernel"`` (HOT's kernel reads x twice, a max-abs pass, then the codes).
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
