@@ -124,6 +124,18 @@ CHECK = textwrap.dedent("""
                           rounding if bits == 8 else "nearest")
         n += 1
         bad += not (torch.equal(c.float(), rc.float()) and torch.equal(s, rs))
+    # FP8 values on a width that is not a power of two, as hq_triton.fp8_block_o tiles it
+    # at scale: one masked walk over the next power of two, or chunks whose last is masked
+    gy = torch.randn(37, 40) * torch.logspace(-3, 2, 37)[:, None]
+    rc, rs = quantize(block_hadamard(gy, 1, 16), 8, True, FP8_E4M3)
+    for bo in (None, 64, 32):
+        c = torch.empty((48, 48), dtype=torch.float8_e4m3fn)
+        s = torch.empty((48,))
+        launch_hq_quantize(_hq_quant_kernel, gy, c, s, None, 8, FP8_E4M3, 0, block_o=bo)
+        n += 1
+        # (the last 16-block of each row is zero-padded, so its transform fills all 48 columns)
+        bad += not (torch.equal(c[:37].float(), rc.float()) and torch.equal(s[:37], rs)
+                    and not c[37:].float().any())
     c, s = hq_quantize(tiny, 4, False, "nearest", out_dtype=torch.int8)
     rc, rs = quantize(block_hadamard(tiny, 1, 16), 4, False, "nearest")
     n += 1
@@ -203,3 +215,16 @@ def test_interpreted_fp8_codes_round_like_torchs_e4m3_cast(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     done, total = out.stdout.split()[-1].split("/")
     assert done == total, out.stdout
+
+
+def test_fp8_hq_tiles_follow_the_measured_rule():
+    """FP8-values HQ (the text recipe) changes its tiles only where the H100 measured a
+    gain (tools/results/hq_wide_rows_h100.md): one masked 4096-wide walk for 2304 / 3072,
+    16384-wide chunks for the Llama head's 32000; GPT-2's head, the power-of-two widths and
+    the unmeasured ones keep _config's rule."""
+    from hotcompile.kernels.hq_triton import fp8_block_o
+
+    assert fp8_block_o(2304) == fp8_block_o(3072) == 4096
+    assert fp8_block_o(32000) == 16384
+    for o_pad in (768, 2048, 4096, 8192, 5120, 11008, 14336, 50272):
+        assert fp8_block_o(o_pad) is None, o_pad

@@ -202,6 +202,35 @@ def _config(o_pad: int, block_o: int | None) -> tuple[int, int, int, int]:
     return block_l, block_o, nchunk, 4 if block_l * block_o <= 2048 else 8
 
 
+#: FP8 values (the text recipe's HQ) on a width that is not a power of two: one masked walk
+#: of this width for widths just below it (the measured 2304 and 3072), chunks of
+#: FP8_CHUNK_O for rows wider than that where they waste at most 1/32
+FP8_MASKED_WALK = 4096
+FP8_CHUNK_O = 16384
+
+
+def fp8_block_o(o_pad: int) -> int | None:
+    """BLOCK_O for HQ's FP8-values codes (``rounding="fp8_e4m3"``) where it differs from
+    :func:`_config`'s rule, else None.
+
+    :func:`_config` walks a width that is not a power of two in chunks that divide it, twice,
+    because a masked walk over the next power of two was measured slower on the H200 with the
+    INT4 kernel of the time. With today's FP8-values kernel the H100 measures the opposite
+    (``tools/results/hq_wide_rows_h100.md``, same codes bit for bit): one masked walk of 4096
+    over ViT's 2304 / 3072 wide g_y in 92 / 95 µs against 102 / 105, two chunks of 16384 over
+    the Llama head's 32000 in 330 µs against 459 (125 chunks of 256). Only those measured
+    patterns change; GPT-2's head (50272 padded: 16384-wide chunks would waste 23%, and took
+    1547 µs) and every INT recipe keep the old rule."""
+    p = triton.next_power_of_2(o_pad)
+    if p == o_pad:
+        return None
+    if p == FP8_MASKED_WALK:
+        return p
+    if o_pad >= FP8_CHUNK_O and triton.cdiv(o_pad, FP8_CHUNK_O) * FP8_CHUNK_O * 31 <= o_pad * 32:
+        return FP8_CHUNK_O
+    return None
+
+
 def hq_quantize(
     gy: torch.Tensor,
     bits: int = 4,
@@ -299,6 +328,8 @@ def launch_hq_quantize(
     ``wrap_triton``). ``gy`` has a unit column stride; the outputs are non-empty."""
     L, O = gy.shape
     l_out, o_pad = codes.shape
+    if block_o is None and rounding == FP8_E4M3:
+        block_o = fp8_block_o(o_pad)
     block_l, bo, nchunk, warps = _config(o_pad, block_o)
     grid = (triton.cdiv(l_out, block_l),)
     common = dict(
