@@ -367,3 +367,34 @@ def test_isolate_child_command_line() -> None:
         "--steps=7", "--hot-options", '{"gx_bits": 8}', "--models", "gpt2", "--variants", "hot",
         "--repeat", "1", "--profile", "0", "--out", "/x/isolated/c",
     ]  # fmt: skip
+
+
+def test_isolated_child_without_a_result_is_an_error_with_its_output(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that dies before writing its result (an import error, the OOM killer) fails
+    that variant with the child's exit status and the end of its output, and its log is
+    kept; a child's recorded error or skip reaches the parent as one."""
+    import types
+
+    def died(cmd, **kw):
+        return types.SimpleNamespace(returncode=-9, stdout="warming up\n", stderr="Killed\n")
+
+    monkeypatch.setattr(subprocess, "run", died)
+    with pytest.raises(RuntimeError, match=r"(?s)exited -9 with no result: .*Killed"):
+        bench.run_isolated(["--steps", "2"], "gpt2", "hot", 0, 0, tmp_path)
+    assert "Killed" in (tmp_path / "isolated" / "gpt2_hot_run0" / "log.txt").read_text()
+
+    def recorded(cmd, **kw):
+        out = pathlib.Path(cmd[cmd.index("--out") + 1])
+        variants = {"hot": {"error": "ValueError: bad"}, "hot_cg": {"skipped": "no GPU"}}
+        variant = cmd[cmd.index("--variants") + 1]
+        res = {"models": [{"name": "gpt2", "variants": {variant: variants[variant]}}]}
+        (out / "bench_train.json").write_text(json.dumps(res))
+        return types.SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", recorded)
+    with pytest.raises(RuntimeError, match="isolated process.*ValueError: bad"):
+        bench.run_isolated([], "gpt2", "hot", 1, 0, tmp_path)
+    with pytest.raises(bench.VariantSkipped, match="no GPU"):
+        bench.run_isolated([], "gpt2", "hot_cg", 0, 0, tmp_path)
