@@ -181,15 +181,18 @@ def _hq_quant_kernel(
 # ----------------------------------------------------------------------------- host code
 
 
-def _config(o_pad: int, block_o: int | None) -> tuple[int, int, int, int]:
+def _config(o_pad: int, block_o: int | None, fp8_values: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_L, BLOCK_O, NCHUNK, num_warps) for a padded width.
 
     Measured on an H200 (docs/kernels.md, tile sweep): one tile per row when the
     padded width is a power of two up to TILE (up to ONE_WALK, measured on an H100), else
     chunks that divide it exactly (the largest power of two, 256 to CHUNK_O), never a tile
-    mostly masked.
+    mostly masked. FP8 values (``fp8_values``, the text recipe) take :func:`fp8_block_o`'s
+    tiles where it has one.
     """
     p = triton.next_power_of_2(o_pad)
+    if block_o is None and fp8_values:
+        block_o = fp8_block_o(o_pad)
     if block_o is None:
         if p == o_pad and p <= ONE_WALK:
             block_o = p
@@ -328,9 +331,7 @@ def launch_hq_quantize(
     ``wrap_triton``). ``gy`` has a unit column stride; the outputs are non-empty."""
     L, O = gy.shape
     l_out, o_pad = codes.shape
-    if block_o is None and rounding == FP8_E4M3:
-        block_o = fp8_block_o(o_pad)
-    block_l, bo, nchunk, warps = _config(o_pad, block_o)
+    block_l, bo, nchunk, warps = _config(o_pad, block_o, rounding == FP8_E4M3)
     grid = (triton.cdiv(l_out, block_l),)
     common = dict(
         ROUNDING=ROUNDING_CODES[rounding],
