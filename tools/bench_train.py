@@ -149,7 +149,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # the defaults before issue 16's recipes: INT4 HQ + HLA on every layer (text ones too)
     "hot_vision": {"recipe": "vision"},
     "hot_vision_cg": {"recipe": "vision", "mode": "reduce-overhead"},
-    # ABC of x's plain rows with x's max-abs from x's producer (not the default until measured)
+    # ABC of x's plain rows taking x's max-abs in a pass of its own (the default until run 20)
     "hot_kernel_amax": {"abc_max_abs": "kernel"},
     "hot_kernel_amax_cg": {"abc_max_abs": "kernel", "mode": "reduce-overhead"},
 }
@@ -1256,7 +1256,7 @@ def run_isolated(
 ) -> dict[str, Any]:
     """One variant of one model in a fresh Python process (``--isolate``); its result as
     :func:`run_variant` returns it, its profile table copied into ``out``. Why: in one
-    process a variant run after another is timed on a host the earlier one changed — run 20
+    process a variant run after another is timed on a host the earlier one changed — run 21
     (H100, 2026-11-27) timed ResNet-50's ``hot`` variant, whose compiled graphs were
     inductor's own (the same FX-graph hashes), at 31.6 ms against inductor's 27.6 ms, its
     host operators 1.5-2x slower (``aten::convolution_backward`` 5.88 vs 2.95 ms a step)
@@ -1469,9 +1469,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"[{k}/{total}] {name} {variant} (batch {batch}): compile + warm-up "
                 f"+ timed steps ... ({time.perf_counter() - t_start:.0f} s elapsed)"
             )
+            n_prof = profile if run == 0 else 0  # profiles in the first run only
             try:
                 if a.isolate:
-                    n_prof = profile if run == 0 else 0
                     result = run_isolated(child_args, name, variant, run, n_prof, out)
                 else:
                     result = run_variant(
@@ -1486,8 +1486,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         a.seed,
                         not a.no_progress,
                         extra,
-                        profile_steps=profile if run == 0 else 0,
-                        profile_out=pathlib.Path(a.out),
+                        profile_steps=n_prof,
+                        profile_out=out,
                     )
                 earlier = entry["variants"].get(variant)
                 entry["variants"][variant] = (
