@@ -5,6 +5,7 @@
 #
 #   run(command="COMMIT=<this commit> bash tools/repros/verify_gpu.sh abc", carry=[".whl", ".old"])
 #   run(command="COMMIT=<this commit> bash tools/repros/verify_gpu.sh gpt2", carry=[".whl"])
+#   run(command="COMMIT=<this commit> bash tools/repros/verify_gpu.sh hq", carry=[".whl"])
 #
 # (the device gets a copy of the working tree, not its git history: name the commit here)
 #
@@ -16,6 +17,8 @@
 # gpt2: the gate's exact side padded as inductor pads it (tools/repros/gpt2_head_gate.py: the
 #       head should now keep bf16) and GPT-2's step, inductor vs hot, in 2 runs of alternating
 #       order (bench_train --repeat 2), with and without CUDA graphs.
+# hq:   (eighteenth session) 064135b's HQ tiles: the Llama step, 5 variants; then
+#       test_kernels_gpu.py and test_lowering_gpu.py in parallel.
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
 # --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
@@ -49,6 +52,15 @@ elif [ "$part" = gpt2 ]; then
   timeout 420 python3 tools/bench_train.py --no-progress --models gpt2 --repeat 2 --profile 0 \
     --variants inductor,hot,inductor_cg,hot_cg --steps 10 --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+elif [ "$part" = hq ]; then
+  # 064135b: HQ's FP8-values tiles on non-power-of-two widths (the Llama head) in the step,
+  # then the kernel and lowering test files in parallel
+  timeout 270 python3 tools/bench_train.py --no-progress --models llama \
+    --variants inductor,inductor_cg,hot,hot_cg,torchao_float8 --steps 10 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+  timeout 290 python3 -m pytest tests/test_kernels_gpu.py -q -p no:cacheprovider > $OUT/test_kernels_gpu.log 2>&1 &
+  timeout 290 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider > $OUT/test_lowering_gpu.log 2>&1 &
+  wait; echo "tests $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_*.log
 fi
 [ -f $OUT/bench/bench_train.md ] && grep -E "^\| (inductor|hot|torchao)" $OUT/bench/bench_train.md
 cd $OUT && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz .
