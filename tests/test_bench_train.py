@@ -210,6 +210,16 @@ def test_targets_say_by_how_much() -> None:
     assert "torchao not installed" in t["faster_than_torchao_target"]["miss"]
 
 
+def test_a_bimodal_variant_is_flagged_unsteady() -> None:
+    # run 24's torchao float8: four steps near 66.7 ms, six near 72 ms, median 71.2
+    ao = [67.1, 66.6, 66.4, 66.7, 70.6, 72.9, 72.4, 72.2, 72.3, 71.7]
+    note = bench.unsteady_note({"step_ms": 71.2, "step_times_ms": ao})
+    assert note == "unsteady: steps 66.4-72.9 ms"
+    steady = [69.0, 69.0, 68.5, 69.6, 68.9, 68.8, 69.0, 68.9, 69.6, 68.8]  # its hot variant
+    assert bench.unsteady_note({"step_ms": 68.9, "step_times_ms": steady}) is None
+    assert bench.unsteady_note({"step_ms": 68.9, "step_times_ms": [68.9]}) is None
+
+
 def test_a_failing_variant_is_recorded_not_fatal(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -869,6 +869,26 @@ def fmt_bytes(n: float | None) -> str:
     return str(n)
 
 
+#: a variant whose timed steps spread wider than this (max - min, of the median) is flagged
+UNSTEADY_SPREAD = 0.05
+
+
+def unsteady_note(v: dict[str, Any]) -> str | None:
+    """A note when a variant's timed steps spread over more than ``UNSTEADY_SPREAD``.
+
+    Why: a median hides a bimodal run. In run 24 torchao float8's steps took 66.4-67.1 ms for
+    four steps and 70.6-72.9 ms for the next six; the median (71.2 ms) made HOT look faster
+    than torchao while its profiled steps took 66.1 ms. The note sends the reader to the
+    per-step times (the JSON's ``step_times_ms``) before trusting the ratio."""
+    times = v.get("step_times_ms") or []
+    if len(times) < 2 or not v.get("step_ms"):
+        return None
+    lo, hi = min(times), max(times)
+    if (hi - lo) / v["step_ms"] <= UNSTEADY_SPREAD:
+        return None
+    return f"unsteady: steps {lo:.1f}-{hi:.1f} ms"
+
+
 def _fmt(v: Any, spec: str = ".2f", unit: str = "") -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
@@ -1033,6 +1053,8 @@ def markdown(res: dict[str, Any]) -> str:
                 )
             if v.get("saved_act_error"):
                 notes.append(f"saved bytes: {v['saved_act_error'][:80]}")
+            if note := unsteady_note(v):
+                notes.append(note)
             if len(v.get("step_ms_by_repeat", ())) > 1:
                 runs = " / ".join(f"{t:.1f}" for t in v["step_ms_by_repeat"])
                 notes.append(f"runs {runs} ms")
