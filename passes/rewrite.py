@@ -166,7 +166,8 @@ class LayerPlan:
         if self.speed is None:
             return "-"
         src = "measured" if self.speed.source == "measured" else "H100 model"
-        return f"{self.speed.speedup:.2f}x {src}"
+        share = f", x's ABC shared by {self.speed.shared}" if self.speed.shared > 1 else ""
+        return f"{self.speed.speedup:.2f}x {src}{share}"
 
     def _hla_note(self) -> str:
         """Why the g_w path runs without HLA on a layer whose config allows it."""
@@ -447,10 +448,12 @@ def _gate(
     need_gw: bool,
     native_gw_format: str = "fp8",
     w_dtype: torch.dtype = torch.float32,
+    x_readers: int = 1,
 ) -> tuple[Speed | None, str]:
     """``prefer="speed"``: the gate's times for this layer (measured on CUDA, the roofline
     model on meta tensors, both of the native path) and the reason to keep the exact backward
-    ("" when HOT is faster)."""
+    ("" when HOT is faster). ``x_readers``: layers sharing x's ABC (:func:`_share_abc`); layers
+    with HLA's signs quantize their own x."""
     if x.device.type == "meta" and kind == "linear":
         spec = dataclasses.replace(spec, lowering="native", gw_format=native_gw_format)
     if kind != "linear":
@@ -482,6 +485,7 @@ def _gate(
         else str(x.dtype).replace("torch.", ""),
         wdtype=str(w_dtype).replace("torch.", ""),
         x_amax_given=spec.abc_max_abs == "producer",
+        x_readers=1 if (spec.hla_signs and spec.hla_rows) or not spec.abc else x_readers,
     )  # fmt: skip
     speed = decide(shape, x.device)
     return speed, "" if speed.hot else f"speed: {speed.describe()}"
@@ -591,11 +595,18 @@ def rewrite(
     plans: list[LayerPlan] = []
     seen: dict[str, int] = {}
     touched: set[torch.fx.GraphModule] = {gm}
-    for scope, call in weight_calls(root):
+    calls = list(weight_calls(root))
+    readers = _x_readers(calls)
+    items = []
+    for scope, call in calls:
         if id(scope.gm) not in tokens:  # a HOP body: its inputs carry the outer marks
             outer = tokens.get(id(scope.outer.gm), set()) if scope.outer else set()
             tokens[id(scope.gm)] = token_sequence_nodes(scope.gm, scope, outer) if auto else set()
-        plan = _plan_call(config, scope, call, weights, tokens[id(scope.gm)], probe_hla, seen)
+        name = _name(call, scope, seen)
+        args = (config, scope, call, name, weights, tokens[id(scope.gm)], probe_hla)
+        items.append([scope, call, args, _plan_call(*args, readers.get(_x_key(scope, call), 1))])
+    _share_abc(items, readers)
+    for scope, call, _, plan in items:
         plans.append(plan)
         if plan.path == "skipped":
             log.info("hotcompile: skip %s (%s): %s", plan.name, plan.kind_text, plan.reason)
@@ -615,18 +626,61 @@ def rewrite(
     return plans
 
 
+def _x_key(scope: Scope, call: WeightCall) -> tuple[int, Any] | None:
+    """What identifies the x a linear call's ABC quantizes (None where it is not shared: a
+    conv, or a matmul whose linear form reads a transpose the rewrite inserts per call)."""
+    if call.kind != "linear" or call.weight_left or not isinstance(call.x, torch.fx.Node):
+        return None
+    return (id(scope.gm), call.x)
+
+
+def _x_readers(calls: list[tuple[Scope, WeightCall]]) -> dict[tuple[int, Any], int]:
+    """How many linear calls read each x (:func:`_x_key`): a Llama's q/k/v read one x, gate
+    and up another."""
+    n: dict[tuple[int, Any], int] = {}
+    for scope, call in calls:
+        key = _x_key(scope, call)
+        if key is not None:
+            n[key] = n.get(key, 0) + 1
+    return n
+
+
+def _share_abc(items: list[list], readers: dict[tuple[int, Any], int]) -> None:
+    """Keep the speed gate's shared charge for ABC only where it comes true.
+
+    Layers that read one x and all take HOT quantize x once (``autograd.
+    _native_compress_once``), so :func:`rewrite` plans each with 1/n of that quantization
+    (``Shape.x_readers``): the Llama's q/k/v each took 201 µs alone against bf16's 193, and
+    ~186 with a third of the shared ABC. Where a group's layers do not *all* take HOT so
+    charged (one is excluded, or slower even with the share) the share would be wrong, and the
+    group's layers are planned again with the whole ABC each: a layer the gate then takes is
+    faster than bf16 whatever its neighbours do. ``items``: ``[scope, call, args, plan]``,
+    each plan replaced in place."""
+    groups: dict[tuple[int, Any], list[list]] = {}
+    for item in items:
+        key = _x_key(item[0], item[1])
+        if key is not None and readers.get(key, 1) > 1:
+            groups.setdefault(key, []).append(item)
+    for group in groups.values():
+        if all(item[3].path == "hot" for item in group):
+            continue
+        for item in group:
+            item[3] = _plan_call(*item[2], 1)
+
+
 def _plan_call(
     config: HotConfig,
     scope: Scope,
     call: WeightCall,
+    name: str,
     weights: dict,
     tokens: set,
     probe_hla: bool,
-    seen: dict[str, int],
+    x_readers: int = 1,
 ) -> LayerPlan:
     """What to do with one weight call: a skipped plan with its reason, or the HOT plan whose
-    ``spec`` the rewrite bakes into the graph."""
-    name = _name(call, scope, seen)
+    ``spec`` the rewrite bakes into the graph. ``x_readers``: the layers reading this call's
+    x, which share its ABC if all take HOT (:func:`_share_abc`)."""
     kind = call.kind
     text = call.x in tokens
     config = config.for_layer(text)
@@ -693,7 +747,9 @@ def _plan_call(
         # on CUDA the measured verdict decides; on meta tensors (hotcompile report) the
         # roofline model says what to expect on an H100 and decides nothing
         native_fmt = gw_format_of(config, "native")
-        speed, why = _gate(spec, kind, x, wshape[0], w.requires_grad, native_fmt, w.dtype)
+        speed, why = _gate(
+            spec, kind, x, wshape[0], w.requires_grad, native_fmt, w.dtype, x_readers
+        )
         if why and x.device.type == "cuda":
             return skip(why, speed)
     path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")

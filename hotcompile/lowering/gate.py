@@ -53,6 +53,9 @@ class Speed:
     bf16_us: float
     hot_us: float
     source: str  # "measured" (this GPU) or "model" (roofline, H100 constants)
+    #: layers whose backward shares one ABC quantization of x, this one included
+    #: (``Shape.x_readers``): ``hot_us`` carries 1/shared of that quantization
+    shared: int = 1
 
     @property
     def speedup(self) -> float:
@@ -64,8 +67,9 @@ class Speed:
 
     def describe(self) -> str:
         verdict = "HOT" if self.hot else "exact bf16"
+        share = f" (x's ABC shared by {self.shared} layers)" if self.shared > 1 else ""
         return (
-            f"{self.source}: HOT {self.hot_us:.0f} µs vs bf16 {self.bf16_us:.0f} µs "
+            f"{self.source}: HOT {self.hot_us:.0f} µs{share} vs bf16 {self.bf16_us:.0f} µs "
             f"({self.speedup:.2f}x) -> {verdict}"
         )
 
@@ -74,8 +78,9 @@ class Speed:
 #: gate.json written by an older hotcompile is measured afresh (2: g_y's shared max-abs;
 #: 3: codes times the scale's reciprocal, the weight quantized in the forward from its GEMM
 #: copy, the bf16 side's cast of g_w to the weight's dtype; 4: the exact side also timed with
-#: unaligned dims padded as inductor pads them; ``Shape.x_amax_given``)
-MEASURE_VERSION = 4
+#: unaligned dims padded as inductor pads them; ``Shape.x_amax_given``; 5: ``Shape.x_readers``,
+#: ABC timed alone too)
+MEASURE_VERSION = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +108,11 @@ class Shape:
     wdtype: str = "float32"
     #: ABC takes x's max-abs from x's producer (``HotConfig.abc_max_abs="producer"``)
     x_amax_given: bool = False
+    #: layers reading this very x with it (a Llama's q/k/v: 3), which then share one ABC
+    #: quantization of x (``autograd._native_compress_once``): each is charged 1/x_readers of
+    #: it. The rewrite passes more than 1 only where every one of them takes HOT so charged
+    #: (``hotcompile.passes.rewrite._share_abc``)
+    x_readers: int = 1
 
     def key(self, device_name: str) -> str:
         head = f"{device_name}|{torch.__version__}|v{MEASURE_VERSION}|"
@@ -162,8 +172,8 @@ def estimate(s: Shape) -> Speed:
         gy_reads = 1 if plain and s.need_gx and s.gx_bits else 2
         x_reads = 1 if plain and s.x_amax_given else 2
         hot += _pass_us(gy_reads * L * O * 2 + k * O, gy_reads)
-        hot += _pass_us(x_reads * L * I * 2 + k * I, x_reads)
-    return Speed(bf16, hot, "model")
+        hot += _pass_us(x_reads * L * I * 2 + k * I, x_reads) / s.x_readers
+    return Speed(bf16, hot, "model", s.x_readers)
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -243,7 +253,6 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
     from hotcompile.lowering import hot
 
     gy3 = gy.view(s.N, s.S, s.O)
-    x3 = x.view(s.N, s.S, s.I)
     wb = w.to(gy.dtype)
     signs = torch.ones((s.N, s.S, 1), device=x.device, dtype=x.dtype) if s.signs else None
 
@@ -254,9 +263,7 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
     # abc_max_abs="producer": ABC of x's plain rows takes x's max-abs from the kernel that
     # produces x (a row reduction fused into it, hot.amax_bits), not from a pass of its own:
     # computed once, outside the timing
-    x_amax = None
-    if s.x_amax_given and s.need_gw and s.gw_bits and hot.plain_rows(s.grid_w, s.rows, s.signs):
-        x_amax = hot.amax_bits(x3) if hot.use_triton(x3) else None
+    compress = _abc_fn(s, x)
 
     def run():
         out, amax = [], None
@@ -269,12 +276,31 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
             else:
                 out.append(gy @ wb)
         if s.need_gw:
-            xq, sx = hot.compress(x3, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs,
-                                  x_amax)  # fmt: skip
+            xq, sx = compress()
             gw = hot.grad_weight(gy3, xq, sx, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs,
                                  amax)  # fmt: skip
             out.append(gw.to(w.dtype))
         return out
+
+    return run
+
+
+def _abc_fn(s: Shape, x: torch.Tensor):
+    """ABC of ``x`` as the forward runs it for ``s`` (:func:`_hot_fn`'s part that layers
+    reading one x share)."""
+    from hotcompile.lowering import hot
+
+    x3 = x.view(s.N, s.S, s.I)
+    signs = torch.ones((s.N, s.S, 1), device=x.device, dtype=x.dtype) if s.signs else None
+    # abc_max_abs="producer": ABC of x's plain rows takes x's max-abs from the kernel that
+    # produces x (a row reduction fused into it, hot.amax_bits), not from a pass of its own:
+    # computed once, outside the timing
+    x_amax = None
+    if s.x_amax_given and s.need_gw and s.gw_bits and hot.plain_rows(s.grid_w, s.rows, s.signs):
+        x_amax = hot.amax_bits(x3) if hot.use_triton(x3) else None
+
+    def run():
+        return hot.compress(x3, s.grid_w, s.rows, s.gw_bits, s.gw_rounding, signs, x_amax)
 
     return run
 
@@ -342,7 +368,7 @@ def measure(s: Shape, device: torch.device) -> Speed:
     with _lock:
         hit = _load().get(key)
         if hit is not None:
-            return Speed(hit["bf16_us"], hit["hot_us"], "measured")
+            return Speed(hit["bf16_us"], hit["hot_us"], "measured", s.x_readers)
         dtype = getattr(torch, s.dtype)
         gen = torch.Generator(device=device).manual_seed(0)
         with torch.cuda.device(device):
@@ -350,7 +376,11 @@ def measure(s: Shape, device: torch.device) -> Speed:
             x = torch.randn((s.L, s.I), device=device, dtype=dtype, generator=gen)
             w = torch.randn((s.O, s.I), device=device, generator=gen).to(getattr(torch, s.wdtype))
             bf16_us = min(_graph_us(f) for f in exact_sides(s, gy, w, x))
-            speed = Speed(bf16_us, _graph_us(_hot_fn(s, gy, w, x)), "measured")
+            hot_us = _graph_us(_hot_fn(s, gy, w, x))
+            if s.x_readers > 1 and s.need_gw and s.gw_bits:
+                # one quantization of x for all its readers: this layer's share of it
+                hot_us -= _graph_us(_abc_fn(s, x)) * (1 - 1 / s.x_readers)
+            speed = Speed(bf16_us, hot_us, "measured", s.x_readers)
         _store(key, speed)
         return speed
 

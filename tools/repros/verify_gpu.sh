@@ -19,6 +19,9 @@
 #       order (bench_train --repeat 2), with and without CUDA graphs.
 # hq:   (eighteenth session) 064135b's HQ tiles: the Llama step, 5 variants; then
 #       test_kernels_gpu.py and test_lowering_gpu.py in parallel.
+# share: the gate's shared ABC charge (q/k/v): the Llama step, inductor / hot / torchao,
+#       --isolate --repeat 2.
+# tests: test_lowering_gpu.py, test_gpu.py, test_matmul_gpu.py in parallel.
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
 # --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
@@ -60,6 +63,23 @@ elif [ "$part" = hq ]; then
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
   timeout 290 python3 -m pytest tests/test_kernels_gpu.py -q -p no:cacheprovider > $OUT/test_kernels_gpu.log 2>&1 &
   timeout 290 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider > $OUT/test_lowering_gpu.log 2>&1 &
+  wait; echo "tests $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_*.log
+elif [ "$part" = share ]; then
+  # the gate charging q/k/v a third of their shared ABC each: the Llama step, each variant in
+  # fresh processes twice (also settles hot vs torchao float8, whose run 24 steps were bimodal)
+  timeout 420 python3 tools/bench_train.py --no-progress --models llama --repeat 2 --isolate \
+    --profile 0 --variants inductor,hot,torchao_float8 --steps 10 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+  OUT=$OUT python3 - <<'PY'
+import json, os
+d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
+v = d["models"][0]["variants"]["hot"]
+print(len(v.get("hot_layers", [])), "HOT layers;", v.get("skip_reasons"))
+PY
+elif [ "$part" = tests ]; then
+  timeout 300 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider > $OUT/test_lowering_gpu.log 2>&1 &
+  timeout 300 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider > $OUT/test_gpu.log 2>&1 &
+  timeout 300 python3 -m pytest tests/test_matmul_gpu.py -q -p no:cacheprovider > $OUT/test_matmul_gpu.log 2>&1 &
   wait; echo "tests $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_*.log
 fi
 [ -f $OUT/bench/bench_train.md ] && grep -E "^\| (inductor|hot|torchao)" $OUT/bench/bench_train.md
