@@ -21,7 +21,8 @@
 #       test_kernels_gpu.py and test_lowering_gpu.py in parallel.
 # share: the gate's shared ABC charge (q/k/v): the Llama step, inductor / hot / torchao,
 #       --isolate --repeat 2.
-# tests: test_lowering_gpu.py, test_gpu.py, test_matmul_gpu.py in parallel.
+# tests: tools/repros/qkv_share_gate.py (the gate's verdicts on one Llama block, shares shown);
+#       test_lowering_gpu.py, test_gpu.py, test_matmul_gpu.py in parallel.
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
 # --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
@@ -77,6 +78,8 @@ v = d["models"][0]["variants"]["hot"]
 print(len(v.get("hot_layers", [])), "HOT layers;", v.get("skip_reasons"))
 PY
 elif [ "$part" = tests ]; then
+  timeout 150 python3 tools/repros/qkv_share_gate.py > $OUT/qkv_share_gate.txt 2>&1
+  echo "qkv gate rc=$? $(( $(date +%s)-T0 ))s"; grep -E "self_attn|mlp" $OUT/qkv_share_gate.txt
   timeout 300 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider > $OUT/test_lowering_gpu.log 2>&1 &
   timeout 300 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider > $OUT/test_gpu.log 2>&1 &
   timeout 300 python3 -m pytest tests/test_matmul_gpu.py -q -p no:cacheprovider > $OUT/test_matmul_gpu.log 2>&1 &
