@@ -668,9 +668,10 @@ def _share_abc(items: list[list], readers: dict[tuple[int, Any], int]) -> None:
             shared, item[3] = item[3].speed, _plan_call(*item[2], 1)
             if shared is not None and shared.shared > 1 and item[3].reason.startswith("speed:"):
                 # say what the share would have given (the Llama's q/k/v: close, not 3%)
+                short = "not taken by all of them" if shared.hot else "short of the gate's 3%"
                 why = (
                     f"{item[3].reason}; with x's ABC shared by {shared.shared}: HOT "
-                    f"{shared.hot_us:.0f} µs ({shared.speedup:.2f}x), not taken by all of them"
+                    f"{shared.hot_us:.0f} µs ({shared.speedup:.2f}x), {short}"
                 )
                 item[3] = dataclasses.replace(item[3], reason=why)
 

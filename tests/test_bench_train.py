@@ -218,6 +218,15 @@ def test_a_bimodal_variant_is_flagged_unsteady() -> None:
     steady = [69.0, 69.0, 68.5, 69.6, 68.9, 68.8, 69.0, 68.9, 69.6, 68.8]  # its hot variant
     assert bench.unsteady_note({"step_ms": 68.9, "step_times_ms": steady}) is None
     assert bench.unsteady_note({"step_ms": 68.9, "step_times_ms": [68.9]}) is None
+    # such a run does not decide hot vs torchao where their steps overlap
+    base = {"step_ms": 73.9, "peak_bytes": 1, "step_times_ms": [73.9] * 10}
+    hot = {"step_ms": 68.9, "peak_bytes": 1, "step_times_ms": steady}
+    t = bench._targets("llama", base, hot, {"step_ms": 71.2, "step_times_ms": ao})
+    cell = t["faster_than_torchao_target"]
+    assert cell["met"] is None and "unsteady steps overlap" in cell["miss"], cell
+    assert "--isolate --repeat 2" in bench._target_cell(cell)
+    slow = {"step_ms": 80.0, "step_times_ms": [x + 10 for x in ao]}  # unsteady, all slower
+    assert bench._targets("llama", base, hot, slow)["faster_than_torchao_target"]["met"] is True
 
 
 def test_a_failing_variant_is_recorded_not_fatal(

@@ -414,7 +414,9 @@ def test_a_group_not_taken_whole_is_planned_with_the_whole_abc_each(
     assert replanned == [("q", 1), ("k", 1), ("v", 1)]
     for item in items:
         assert item[3].reason.startswith("speed: measured: HOT 202 µs vs bf16 193 µs")
-        assert "with x's ABC shared by 3: HOT 189 µs (1.02x)" in item[3].reason
+        assert item[3].reason.endswith(
+            "with x's ABC shared by 3: HOT 189 µs (1.02x), short of the gate's 3%"
+        )
     replanned.clear()
     taken = gate.Speed(193.0, 180.0, "measured", 3)
     items = [[scope, c, (n,), plan(n, "hot", taken)] for n, c in zip("qkv", calls)]
