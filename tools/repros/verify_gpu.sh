@@ -24,6 +24,7 @@
 # tests: tools/repros/qkv_share_gate.py (the gate's verdicts on one Llama block, shares shown);
 #       test_lowering_gpu.py, test_gpu.py, test_matmul_gpu.py in parallel.
 # swiglu: tools/repros/swiglu_hq.py (HQ's codes written by the SwiGLU backward: prototype).
+# int4: tools/repros/hq_wide_rows.py --recipe int4 (the vision recipe's HQ tiles on wide rows).
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
 # --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
@@ -81,6 +82,9 @@ PY
 elif [ "$part" = swiglu ]; then
   timeout 240 python3 tools/repros/swiglu_hq.py --out $OUT/swiglu_hq_h100.md > $OUT/swiglu.log 2>&1
   echo "swiglu rc=$? $(( $(date +%s)-T0 ))s"; tail -n 14 $OUT/swiglu.log
+elif [ "$part" = int4 ]; then
+  timeout 200 python3 tools/repros/hq_wide_rows.py --recipe int4 --out $OUT/hq_wide_rows_int4_h100.md > $OUT/int4.log 2>&1
+  echo "int4 rc=$? $(( $(date +%s)-T0 ))s"; tail -n 9 $OUT/int4.log
 elif [ "$part" = tests ]; then
   timeout 150 python3 tools/repros/qkv_share_gate.py > $OUT/qkv_share_gate.txt 2>&1
   echo "qkv gate rc=$? $(( $(date +%s)-T0 ))s"; grep -E "self_attn|mlp" $OUT/qkv_share_gate.txt
