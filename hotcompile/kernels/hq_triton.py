@@ -223,7 +223,8 @@ def fp8_block_o(o_pad: int) -> int | None:
     over ViT's 2304 / 3072 wide g_y in 92 / 95 µs against 102 / 105, two chunks of 16384 over
     the Llama head's 32000 in 330 µs against 459 (125 chunks of 256). Only those measured
     patterns change; GPT-2's head (50272 padded: 16384-wide chunks would waste 23%, and took
-    1547 µs) and every INT recipe keep the old rule."""
+    1547 µs) and every INT recipe keep the old rule: at INT4 the masked walk is slower on
+    ViT's widths (qkv 145 against 118 µs, ``tools/results/hq_wide_rows_int4_h100.md``)."""
     p = triton.next_power_of_2(o_pad)
     if p == o_pad:
         return None
