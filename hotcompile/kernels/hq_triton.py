@@ -58,6 +58,20 @@ def _bfly(y, R: tl.constexpr, H: tl.constexpr):
 
 
 @triton.jit
+def _ht16(x, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr):
+    """``x·(I ⊗ H16)`` of a float32 tile ``[BLOCK_L, BLOCK_O]``: the 16-block butterfly in the
+    order of ``hotcompile.hadamard.fwht_last`` (shared with kernels that make g_y themselves,
+    ``tools/repros/swiglu_hq.py``)."""
+    R: tl.constexpr = BLOCK_L * BLOCK_O // 16
+    y = tl.reshape(x, [R, 16])
+    y = _bfly(y, R, 1)
+    y = _bfly(y, R, 2)
+    y = _bfly(y, R, 4)
+    y = _bfly(y, R, 8)
+    return tl.reshape(y, [BLOCK_L, BLOCK_O])
+
+
+@triton.jit
 def _load_ht(
     gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr
 ):
@@ -70,13 +84,7 @@ def _load_ht(
     x = tl.load(gy_ptr + rows64[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
     x = x.to(tl.float32)
     raw = tl.max(tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=1), axis=0)
-    R: tl.constexpr = BLOCK_L * BLOCK_O // 16
-    y = tl.reshape(x, [R, 16])
-    y = _bfly(y, R, 1)
-    y = _bfly(y, R, 2)
-    y = _bfly(y, R, 4)
-    y = _bfly(y, R, 8)
-    return tl.reshape(y, [BLOCK_L, BLOCK_O]), raw
+    return _ht16(x, BLOCK_L, BLOCK_O), raw
 
 
 @triton.jit

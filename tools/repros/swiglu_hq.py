@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hotcompile.kernels.hq_triton import _amax_bits, _bfly
+from hotcompile.kernels.hq_triton import _amax_bits, _ht16
 from hotcompile.kernels.rounding import FP8, codes, normal_scale
 from hotcompile.quant import FP8_MAX
 
@@ -51,13 +51,7 @@ def _hq_rows(
     the 16-block butterfly, the per-row scale and the FP8 codes, as ``_hq_quant_kernel``."""
     INV_Q: tl.constexpr = 1.0 / QMAX
     tl.atomic_max(raw_ptr, tl.max(tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=1), axis=0))
-    R: tl.constexpr = BLOCK_L * BLOCK_O // 16
-    y = tl.reshape(x, [R, 16])
-    y = _bfly(y, R, 1)
-    y = _bfly(y, R, 2)
-    y = _bfly(y, R, 4)
-    y = _bfly(y, R, 8)
-    y = tl.reshape(y, [BLOCK_L, BLOCK_O])
+    y = _ht16(x, BLOCK_L, BLOCK_O)
     scale = normal_scale(_amax_bits(y).to(tl.float32, bitcast=True) * INV_Q)
     tl.store(scale_ptr + rows, scale, mask=rows < L_OUT)
     q = codes(y, scale[:, None], cols[None, :], 0, FP8, QMAX, 1)

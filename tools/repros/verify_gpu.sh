@@ -25,6 +25,7 @@
 #       test_lowering_gpu.py, test_gpu.py, test_matmul_gpu.py in parallel.
 # swiglu: tools/repros/swiglu_hq.py (HQ's codes written by the SwiGLU backward: prototype).
 # int4: tools/repros/hq_wide_rows.py --recipe int4 (the vision recipe's HQ tiles on wide rows).
+# ht16: swiglu_hq.py and test_kernels_gpu.py's HQ tests after the butterfly moved to _ht16.
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
 # --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
@@ -85,6 +86,14 @@ elif [ "$part" = swiglu ]; then
 elif [ "$part" = int4 ]; then
   timeout 200 python3 tools/repros/hq_wide_rows.py --recipe int4 --out $OUT/hq_wide_rows_int4_h100.md > $OUT/int4.log 2>&1
   echo "int4 rc=$? $(( $(date +%s)-T0 ))s"; tail -n 9 $OUT/int4.log
+elif [ "$part" = ht16 ]; then
+  # hq_triton._ht16 (the butterfly shared with swiglu_hq.py): the prototype again, then HQ's
+  # kernel tests
+  timeout 60 python3 tools/repros/swiglu_hq.py > $OUT/swiglu.log 2>&1
+  echo "swiglu rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| (today|prototype)" $OUT/swiglu.log
+  timeout 140 python3 -m pytest tests/test_kernels_gpu.py -q -p no:cacheprovider \
+    -k "fused_quantize_bit_exact or hq_grad_input or weight_quantize" > $OUT/test_kernels_gpu_hq.log 2>&1
+  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_kernels_gpu_hq.log
 elif [ "$part" = tests ]; then
   timeout 150 python3 tools/repros/qkv_share_gate.py > $OUT/qkv_share_gate.txt 2>&1
   echo "qkv gate rc=$? $(( $(date +%s)-T0 ))s"; grep -E "self_attn|mlp" $OUT/qkv_share_gate.txt
