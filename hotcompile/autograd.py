@@ -256,12 +256,13 @@ def _probe_hla(spec: LayerSpec, gy3: torch.Tensor, x3: torch.Tensor, grid_w, row
 
 
 def _input_grad(
-    spec: LayerSpec, gy2: torch.Tensor, w2, raw_amax: bool = False
+    spec: LayerSpec, gy2: torch.Tensor, w2, raw_amax: bool = False, given: tuple | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """g_x ``[L, I]`` = ``gy2 [L, O] · w2 [O, I]``, through HQ unless exact; and, with
     ``raw_amax`` on the native CUDA path, g_y's max-abs bits from HQ's kernel (else None).
     On the native path ``w2`` is the pair ``(codes, scale)`` the forward quantized
-    (:func:`_native_weight_codes`)."""
+    (:func:`_native_weight_codes`), and ``given`` HQ's operand of g_y where g_y's producer
+    made it (:func:`_given_gy`)."""
     if not spec.gx_quantized:
         return gy2 @ w2.to(gy2.dtype), None
     if spec.lowering == "native":
@@ -269,7 +270,7 @@ def _input_grad(
         if gy2.shape[0] == 0:
             return gy2.new_zeros((0, wq.shape[0])), None
         return native.grad_input_codes(
-            gy2, wq, sw, spec.gx_bits, spec.per_token, spec.gx_rounding, raw_amax
+            gy2, wq, sw, spec.gx_bits, spec.per_token, spec.gx_rounding, raw_amax, given
         )
     return ops.hq_grad_input(gy2, w2, *spec.hq_args), None
 
@@ -331,13 +332,44 @@ def _native_compress_once(spec: LayerSpec, x, x3, grid_w, rows, weight: torch.Te
         x._version, tuple(x3.shape), grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding,
         spec.abc_max_abs, _autocast_dtype(x3),
     )  # fmt: skip
-    hit = _TRACED_CODES.get(id(x))
-    if hit is not None and hit[0]() is x and hit[1] == key:
-        return hit[2]
+    hit = _traced_get(_TRACED_CODES, x, key)
+    if hit is not None:
+        return hit
     out = _native_compress(spec, x3, grid_w, rows, weight)
-    i = id(x)
-    _TRACED_CODES[i] = (weakref.ref(x, lambda _r: _TRACED_CODES.pop(i, None)), key, out)
+    _traced_put(_TRACED_CODES, x, key, out)
     return out
+
+
+def _traced_get(cache: dict, t: torch.Tensor, key: tuple):
+    """What :func:`_traced_put` kept for this very tensor object and ``key``, else None."""
+    hit = cache.get(id(t))
+    return hit[2] if hit is not None and hit[0]() is t and hit[1] == key else None
+
+
+def _traced_put(cache: dict, t: torch.Tensor, key: tuple, value) -> None:
+    """Keep ``value`` for ``t`` (by ``id``, dropped with ``t``) and ``key``."""
+    i = id(t)
+    cache[i] = (weakref.ref(t, lambda _r: cache.pop(i, None)), key, value)
+
+
+#: HQ's operand of a g_y made by g_y's producer while a graph is traced, by ``id(g_y)``: see
+#: :class:`HotSwiGLUFunction`
+_TRACED_GY: dict[int, tuple[weakref.ref, tuple, tuple]] = {}
+
+
+def _gy_key(spec: LayerSpec, in_features: int, gy: torch.Tensor) -> tuple:
+    """What HQ's operand of ``gy`` depends on for a layer of ``spec`` with ``in_features``."""
+    fp8, pad = native.gy_operand_layout(in_features, spec.gx_bits, spec.gx_rounding, gy.device)
+    return (gy._version, spec.gx_bits, spec.gx_rounding, spec.per_token, fp8, pad)
+
+
+def _given_gy(spec: LayerSpec, in_features: int, gy: torch.Tensor) -> tuple | None:
+    """HQ's operand of ``gy`` if its producer made it for these settings (traced only)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if spec.lowering != "native" or not spec.gx_quantized or not is_fake(gy):
+        return None
+    return _traced_get(_TRACED_GY, gy, _gy_key(spec, in_features, gy))
 
 
 def _shares_gy_amax(spec: LayerSpec, ctx) -> bool:
@@ -420,7 +452,8 @@ class HotLinearFunction(torch.autograd.Function):
         gx = gw = gb = gy_amax = None
         if ctx.needs_input_grad[0]:
             w2 = w_codes if w_codes is not None else weight
-            gx, gy_amax = _input_grad(spec, gy2, w2, _shares_gy_amax(spec, ctx))
+            given = _given_gy(spec, ctx.x_shape[-1], gy)
+            gx, gy_amax = _input_grad(spec, gy2, w2, _shares_gy_amax(spec, ctx), given)
             gx = gx.reshape(ctx.x_shape).to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
             if spec.gw_exact:
@@ -441,6 +474,54 @@ class HotLinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             gb = gy2.sum(0).to(ctx.b_dtype)
         return gx, gw, gb, None
+
+
+class HotSwiGLUFunction(torch.autograd.Function):
+    """``silu(a) * b`` — a gated MLP's product of its gate and up layers' outputs — whose
+    backward also makes HQ's operands of both gradients, for the HOT layers gate and up
+    (``HotConfig.swiglu_hq``).
+
+    The forward is the same ATen as the model's (inductor fuses it as before). The backward
+    computes autograd's formulas for g_a and g_b and, while the graph is traced, keeps HQ's
+    per-token operand of each (:func:`hotcompile.lowering.hot.swiglu_backward`: on CUDA made
+    by the kernel that makes g_a / g_b, one pass; elsewhere by :func:`~hotcompile.lowering.
+    hot.quantize_gy`, the same values) for the very g_y tensor it returns. The gate and up
+    layers' backwards find it (:func:`_given_gy`) instead of reading their g_y again; a g_y
+    that reaches a layer by another way (summed with another gradient, changed in place)
+    is another tensor, and that layer quantizes its own."""
+
+    @staticmethod
+    def forward(ctx, a, b, spec: LayerSpec, in_features: int):
+        ctx.spec, ctx.in_features = spec, in_features
+        ctx.save_for_backward(a, b)
+        return F.silu(a) * b
+
+    @staticmethod
+    def backward(ctx, g):
+        from torch._subclasses.fake_tensor import is_fake
+
+        a, b = ctx.saved_tensors
+        spec: LayerSpec = ctx.spec
+        key = _gy_key(spec, ctx.in_features, g)
+        fp8, pad = key[4], key[5]
+        ga, gb, qa, qb = native.swiglu_backward(a, b, g, spec.gx_bits, spec.gx_rounding, fp8, pad)
+        if is_fake(ga):
+            for gy, q in ((ga, qa), (gb, qb)):
+                if q is None:  # no kernel for these rows: the operand as the layer makes it
+                    gy2 = gy.reshape(-1, gy.shape[-1])
+                    q = native.quantize_gy(
+                        gy2, spec.gx_bits, spec.per_token, spec.gx_rounding, fp8, pad, True
+                    )
+                _traced_put(_TRACED_GY, gy, _gy_key(spec, ctx.in_features, gy), q)
+        return ga, gb, None, None
+
+
+def hot_swiglu(a, b, spec: LayerSpec | None = None, in_features: int = 0):
+    """``F.silu(a) * b`` whose backward makes HQ's operands of g_a and g_b for the HOT layers
+    that produced ``a`` and ``b`` (:class:`HotSwiGLUFunction`); ``spec``: theirs."""
+    if spec is None or not _wants_grad(a, b):
+        return F.silu(a) * b
+    return HotSwiGLUFunction.apply(a, b, spec, in_features)
 
 
 def _pair(v) -> tuple[int, int]:

@@ -172,6 +172,15 @@ class HotConfig:
             reads x once; the same codes, bit for bit; the Llama's step on the H100 69.3 ms
             against 69.6 ms with ``"kernel"``, ``tools/results/bench_train_runs/run23_*``) or
             ``"kernel"`` (HOT's kernel reads x twice, a max-abs pass, then the codes).
+        swiglu_hq: a gated MLP's product ``silu(gate(x)) * up(x)`` whose gate and up layers
+            both take HOT's native path (per-token HQ) becomes one op whose backward also
+            makes HQ's operands of both gradients: on CUDA the kernel that makes g_gate and
+            g_up writes their codes too (``hotcompile.kernels.swiglu_triton``; the Llama's
+            8192-wide rows on the H100: 301.7 µs against 371.4 for the SwiGLU backward then
+            HQ twice, ``tools/results/swiglu_hq_h100.md``), and the layers skip their own pass
+            over g_y. Same codes bit for bit; g_gate within one bf16 ulp of inductor's. Off by
+            default: **not yet run in a compiled step on a GPU** (the kernel is; the plumbing
+            is checked on the CPU).
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.
@@ -264,6 +273,7 @@ class HotConfig:
     conv_abc: str = "im2col"
     abc_recompute: str = "unary"
     abc_max_abs: str = "producer"
+    swiglu_hq: bool = False
     hla_2d: str = "none"
     exact: bool = False
     include: tuple[str, ...] = ()
@@ -301,7 +311,7 @@ class HotConfig:
         for name in ("gx_bits", "gw_bits"):
             if getattr(self, name) not in (4, 8, None):
                 raise bad(name, getattr(self, name), "4, 8 or None (no quantization)")
-        for name in ("hla", "abc", "exact", "hadamard"):
+        for name in ("hla", "abc", "exact", "hadamard", "swiglu_hq"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, getattr(self, name), "True or False")
         if not isinstance(self.hla_signs, bool) and self.hla_signs != "auto":

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import logging
+import operator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from hotcompile import lqs
-from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear, is_empty
+from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear, hot_swiglu, is_empty
 from hotcompile.config import HotConfig
 from hotcompile.hla import hla_rows
 from hotcompile.lowering import hot as native
@@ -621,9 +622,72 @@ def rewrite(
             "x".join(map(str, plan.weight_shape)),
             plan.path,
         )
+    if config.swiglu_hq:
+        for m in touched:
+            _fuse_swiglu(m)
     for m in touched:
         m.recompile()
     return plans
+
+
+def _is_silu(node: Any) -> bool:
+    """``F.silu(t)`` (not in place) as Dynamo writes a gated MLP's activation."""
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and node.target is F.silu
+        and len(node.args) == 1
+        and not node.kwargs.get("inplace", False)
+    )
+
+
+def _hq_linear_spec(node: Any) -> LayerSpec | None:
+    """The spec of a HOT linear call whose g_x runs native per-token HQ, else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return None
+    spec = getattr(node.target, "hot_spec", None)
+    if getattr(node.target, "__name__", "") != hot_linear.__name__ or spec is None:
+        return None
+    ok = spec.lowering == "native" and spec.gx_quantized and spec.per_token and not spec.exact
+    return spec if ok else None
+
+
+def _fuse_swiglu(gm: torch.fx.GraphModule) -> list[str]:
+    """``HotConfig.swiglu_hq``: each ``silu(gate(x)) * up(x)`` whose gate and up are HOT
+    linear calls on one x with the same HQ settings becomes ``hot_swiglu(gate(x), up(x))``
+    (:class:`hotcompile.autograd.HotSwiGLUFunction`), whose backward makes HQ's operands of
+    both gradients. Returns the fused pairs' names (also logged)."""
+    fused = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in (operator.mul, torch.mul):
+            continue
+        if len(node.args) != 2 or node.kwargs:
+            continue
+        for act, up in (node.args, node.args[::-1]):
+            if not _is_silu(act) or len(act.users) != 1:
+                continue
+            gate = act.args[0]
+            sg, su = _hq_linear_spec(gate), _hq_linear_spec(up)
+            if sg is None or su is None or len(gate.users) != 1 or gate.args[0] is not up.args[0]:
+                continue
+            if (sg.gx_bits, sg.gx_rounding) != (su.gx_bits, su.gx_rounding):
+                continue
+            x = _meta(gate.args[0])
+            if x is None:
+                continue
+            spec, in_features = sg, _hint(x.shape[-1])
+
+            def call(a, b, spec=spec, in_features=in_features):
+                return hot_swiglu(a, b, spec, in_features)
+
+            call.__name__ = call.__qualname__ = hot_swiglu.__name__
+            node.target, node.args = call, (gate, up)
+            gm.graph.erase_node(act)
+            fused.append(f"{sg.name} * {su.name}")
+            log.info("hotcompile: silu(%s) * %s -> hot_swiglu (HQ of both in its backward)",
+                     sg.name, su.name)  # fmt: skip
+            break
+    return fused
 
 
 def _x_key(scope: Scope, call: WeightCall) -> tuple[int, Any] | None:

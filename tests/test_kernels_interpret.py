@@ -162,6 +162,31 @@ CHECK = textwrap.dedent("""
                 n += 1
                 out = scaled_gemm(a8, b8, sa, None, config=config, precise=precise)
                 bad += not torch.equal(out, ex8 * sa[:, None])
+    # the SwiGLU backward with HQ's codes of both gradients (FP8 values and the INT4 grid)
+    from hotcompile.kernels.swiglu_triton import _swiglu_hq_kernel, launch_swiglu_hq
+    for L, O in [(37, 64), (16, 256)]:
+        a, b, g = ((torch.randn(L, O) * 2).to(torch.bfloat16) for _ in range(3))
+        for bits, rounding, dt in [(8, "fp8_e4m3", torch.float8_e4m3fn),
+                                   (4, "pseudo_stochastic", torch.int8)]:
+            l_out = -(-L // 16) * 16
+            ga, gb = torch.empty_like(a), torch.empty_like(a)
+            ca, cb = (torch.empty((l_out, O), dtype=dt) for _ in range(2))
+            sa, sb = (torch.empty(l_out) for _ in range(2))
+            ra, rb = (torch.zeros(1, dtype=torch.int32) for _ in range(2))
+            launch_swiglu_hq(_swiglu_hq_kernel, a, b, g, ga, gb, ca, sa, cb, sb, ra, rb, bits,
+                             rounding, warps=4)
+            ea = torch.ops.aten.silu_backward(g.float() * b.float(), a.float())
+            eb = g.float() * torch.nn.functional.silu(a.float())
+            n += 2
+            bad += not torch.allclose(ga.float(), ea, rtol=1e-2, atol=1e-2)
+            bad += not torch.allclose(gb.float(), eb, rtol=1e-2, atol=1e-2)
+            for gy, c, sc, r in ((ga, ca, sa, ra), (gb, cb, sb, rb)):
+                q, rs = quantize(block_hadamard(gy.float(), 1, 16), bits, True, rounding,
+                                 "maxabs")
+                n += 1
+                bad += not (torch.equal(c[:L].float(), q.to(dt).float())
+                            and torch.equal(sc[:L], rs) and bool((sc[L:] == 0).all())
+                            and r.item() == gy.float().abs().amax().view(torch.int32).item())
     print(f"{n - bad}/{n}")
 """)
 

@@ -9,6 +9,8 @@ per call), and every setting it cannot honour must say so.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn as nn
@@ -629,3 +631,94 @@ def test_layers_reading_one_x_quantize_it_once_while_traced(
     # AOTAutograd traces the forward more than once (metadata, then the joint graph): in each
     # trace x (gate's and up's input, 32 wide) is quantized once, as down's input (64 wide)
     assert calls.count((2, 40, 32)) == calls.count((2, 40, 64)) >= 2, calls
+
+
+def test_swiglu_hq_makes_both_operands_in_the_swiglu_backward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``swiglu_hq``: ``silu(gate(x)) * up(x)`` becomes one op whose backward makes HQ's
+    operands of g_gate and g_up (on CUDA in the kernel that makes them); gate's and up's
+    backwards take them instead of quantizing their g_y again, down's quantizes its own. The
+    gradients are the same bits as without it (on the CPU both make the operand with the same
+    ATen), in float32 and under bf16 autocast, with inductor too."""
+    import hotcompile.autograd as ag
+    from hotcompile.lowering import hot as native
+
+    given: list[bool] = []
+    real = native.grad_input_codes
+
+    def spy(gy2, *args):
+        given.append(args[-1] is not None if len(args) == 7 else False)
+        return real(gy2, *args)
+
+    monkeypatch.setattr(native, "grad_input_codes", spy)
+
+    def grads(fuse: bool, autocast: bool, compiler: str) -> dict[str, torch.Tensor]:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        net = SwiGLU()
+        x = torch.randn(2, 40, 32, requires_grad=True)
+        opts = {"recipe": "text", "prefer": "paper", "lowering": "native", "swiglu_hq": fuse,
+                "compiler": compiler}  # fmt: skip
+        with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+            torch.compile(net, backend="hot", options=opts)(x).float().square().sum().backward()
+        return {"x": x.grad, **{n: p.grad for n, p in net.named_parameters()}}
+
+    for autocast, compiler in ((False, "aot_eager"), (True, "aot_eager"), (True, "inductor")):
+        given.clear()
+        fused = grads(True, autocast, compiler)
+        assert given.count(True) >= 2 and given.count(False) >= 1, given  # gate, up; down
+        given.clear()
+        plain = grads(False, autocast, compiler)
+        assert not any(given), given
+        for k in fused:
+            assert torch.equal(fused[k], plain[k]), (k, autocast, compiler)
+    assert not ag._TRACED_GY  # nothing kept once the traces are gone
+
+
+def test_swiglu_hq_fuses_only_a_gated_product_of_two_hq_layers() -> None:
+    """The rewrite fuses ``silu(gate(x)) * up(x)`` (either operand order) where both are HOT
+    linear calls on one x with native per-token HQ; a product whose silu has another reader,
+    or whose layers read different inputs, or with a layer kept exact, stays as it is."""
+    from hotcompile.passes.rewrite import _fuse_swiglu, rewrite
+
+    class Variants(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.g, self.u, self.v, self.w = (nn.Linear(32, 64, bias=False) for _ in range(4))
+
+        def forward(self, x, y):
+            a = self.u(x) * torch.nn.functional.silu(self.g(x))  # fused (operands swapped)
+            s = torch.nn.functional.silu(self.v(x))
+            b = s * self.w(x) + s  # silu read twice: kept
+            c = torch.nn.functional.silu(self.v(y)) * self.w(x)  # different inputs: kept
+            return a.sum() + b.sum() + c.sum()
+
+    graphs = []
+
+    def capture(gm, inputs):
+        graphs.append((gm, inputs))
+        return gm
+
+    torch._dynamo.reset()
+    x, y = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
+    torch.compile(Variants(), backend=capture)(x, y)
+    ((gm, inputs),) = graphs
+    config = hotcompile.HotConfig(recipe="text", prefer="paper", lowering="native")
+    rewrite(gm, config, inputs)
+    with torch.no_grad():
+        before = gm(*inputs)
+    fused = _fuse_swiglu(gm)
+    assert fused == ["g * u"], fused
+    names = [getattr(n.target, "__name__", "") for n in gm.graph.nodes]
+    assert names.count("hot_swiglu") == 1 and names.count("silu") == 2, names
+    gm.recompile()
+    with torch.no_grad():  # the fused op's forward is the product's
+        torch.testing.assert_close(gm(*inputs), before)
+    # up kept out of HOT: its product is not fused
+    graphs.clear()
+    torch._dynamo.reset()
+    torch.compile(Variants(), backend=capture)(x, y)
+    ((gm, inputs),) = graphs
+    rewrite(gm, dataclasses.replace(config, exclude=("u",)), inputs)
+    assert _fuse_swiglu(gm) == []

@@ -152,6 +152,9 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # ABC of x's plain rows taking x's max-abs in a pass of its own (the default until run 20)
     "hot_kernel_amax": {"abc_max_abs": "kernel"},
     "hot_kernel_amax_cg": {"abc_max_abs": "kernel", "mode": "reduce-overhead"},
+    # HQ of a gated MLP's gate/up g_y written by the SwiGLU backward's kernel (opt-in)
+    "hot_swiglu_hq": {"swiglu_hq": True},
+    "hot_swiglu_hq_cg": {"swiglu_hq": True, "mode": "reduce-overhead"},
 }
 
 #: what ``--variants`` runs unless told
@@ -227,6 +230,9 @@ VARIANT_NOTES: dict[str, str] = {
     "kernel takes x's max-abs in a pass of its own, reading x twice; run 20pre measured the "
     'variant then called hot_amax, "producer", against it)',
     "hot_kernel_amax_cg": 'as hot_cg, with abc_max_abs="kernel"; judged against inductor_cg',
+    "hot_swiglu_hq": "as hot, with swiglu_hq=True: a gated MLP's SwiGLU backward also writes "
+    "HQ's codes of g_gate and g_up (one kernel; the layers skip their own pass over g_y)",
+    "hot_swiglu_hq_cg": "as hot_cg, with swiglu_hq=True; judged against inductor_cg",
 }
 
 

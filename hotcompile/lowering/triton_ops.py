@@ -23,12 +23,13 @@ from torch.library import triton_op, wrap_triton
 from hotcompile.hadamard import padded
 from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
 from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
+from hotcompile.kernels.swiglu_triton import _swiglu_hq_kernel, launch_swiglu_hq
 from hotcompile.lowering import ttir_cache
 from hotcompile.quant import FP8_E4M3
 
 LIB = "hotcompile_lowering"
 # compile time: torch re-generates a launched kernel's TTIR at every trace and lowering of it
-ttir_cache.install((_hq_quant_kernel, _hla_quant_kernel))
+ttir_cache.install((_hq_quant_kernel, _hla_quant_kernel, _swiglu_hq_kernel))
 
 
 def _code_dtype(fp8: bool) -> torch.dtype:
@@ -99,3 +100,36 @@ def hla_quantize(
         wrap_triton(_hla_quant_kernel), x, grid_w, rows, bits, rounding, True, sawb,
         _code_dtype(fp8 or fp8_codes), flat, words, 0, amax_given=amax is not None,
     )  # fmt: skip
+
+
+@triton_op(f"{LIB}::swiglu_backward_hq", mutates_args=())
+def swiglu_backward_hq(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    g: torch.Tensor,
+    bits: int,
+    rounding: str,
+    fp8: bool,
+    pad_rows_to: int,
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+    torch.Tensor, torch.Tensor,
+]:  # fmt: skip
+    """The SwiGLU backward of ``silu(a) * b`` for the product's gradient ``g`` (all ``[L, O]``)
+    and HQ's per-token codes of both gradients (``hotcompile.kernels.swiglu_triton``):
+    ``g_a, g_b``, then for each of them what :func:`hq_quantize` returns with ``raw_amax``
+    (codes ``[padded(L, pad_rows_to), O]``, scales, the raw max-abs word). One launch."""
+    a, b, g = (t if t.is_contiguous() else t.contiguous() for t in (a, b, g))
+    L, O = a.shape
+    l_out = padded(L, pad_rows_to)
+    ga, gb = torch.empty_like(a), torch.empty_like(a)
+    ca = torch.empty((l_out, O), dtype=_code_dtype(fp8), device=a.device)
+    cb = torch.empty((l_out, O), dtype=_code_dtype(fp8), device=a.device)
+    sa = torch.empty((l_out,), dtype=torch.float32, device=a.device)
+    sb = torch.empty((l_out,), dtype=torch.float32, device=a.device)
+    ra = torch.zeros((1,), dtype=torch.int32, device=a.device)
+    rb = torch.zeros((1,), dtype=torch.int32, device=a.device)
+    launch_swiglu_hq(
+        wrap_triton(_swiglu_hq_kernel), a, b, g, ga, gb, ca, sa, cb, sb, ra, rb, bits, rounding
+    )
+    return ga, gb, ca, sa, ra, cb, sb, rb

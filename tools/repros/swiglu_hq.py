@@ -9,7 +9,8 @@ one read of the SwiGLU's three inputs, g_gate and g_up written in bf16 (the g_w 
 need them: their per-tensor scale waits for the whole g_y), plus both code sets, their scales
 and g_y's raw max-abs. Floor: 3 reads + 2 writes of bf16 and 2 writes of 1 byte per element.
 
-``_swiglu_hq_kernel`` is that kernel for rows up to one walk wide (the Llama's 8192). This
+``hotcompile.kernels.swiglu_triton`` is that kernel for rows up to one walk wide (the Llama's
+8192; ``HotConfig.swiglu_hq`` puts it in the step, off by default until run there). This
 script checks it and times it against what the step runs today (inductor's compiled SwiGLU
 backward, then ``hot.quantize_gy`` on each g_y), under CUDA graphs:
 
@@ -33,68 +34,18 @@ import pathlib
 
 import torch
 import triton
-import triton.language as tl
 
-from hotcompile.kernels.hq_triton import _amax_bits, _ht16
-from hotcompile.kernels.rounding import FP8, codes, normal_scale
-from hotcompile.quant import FP8_MAX
-
-QMAX = int(FP8_MAX)
-
-
-@triton.jit
-def _hq_rows(
-    x, codes_ptr, scale_ptr, raw_ptr, rows, rows64, cols, L_OUT, O_PAD, stride_c,
-    QMAX: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr,
-):  # fmt: skip
-    """HQ of a whole-row tile ``x`` (float32 of the bf16 g_y): g_y's raw max-abs (atomic),
-    the 16-block butterfly, the per-row scale and the FP8 codes, as ``_hq_quant_kernel``."""
-    INV_Q: tl.constexpr = 1.0 / QMAX
-    tl.atomic_max(raw_ptr, tl.max(tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=1), axis=0))
-    y = _ht16(x, BLOCK_L, BLOCK_O)
-    scale = normal_scale(_amax_bits(y).to(tl.float32, bitcast=True) * INV_Q)
-    tl.store(scale_ptr + rows, scale, mask=rows < L_OUT)
-    q = codes(y, scale[:, None], cols[None, :], 0, FP8, QMAX, 1)
-    mask = (rows < L_OUT)[:, None] & (cols < O_PAD)[None, :]
-    tl.store(codes_ptr + rows64[:, None] * stride_c + cols[None, :],
-             q.to(codes_ptr.dtype.element_ty), mask=mask)  # fmt: skip
-
-
-@triton.jit
-def _swiglu_hq_kernel(
-    a_ptr, b_ptr, g_ptr, ga_ptr, gb_ptr, ca_ptr, cb_ptr, sa_ptr, sb_ptr, raw_ptr,
-    L, O, L_OUT, O_PAD, stride, stride_c,
-    QMAX: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr,
-):  # fmt: skip
-    """SwiGLU backward (``a`` = gate's output, ``b`` = up's, ``g`` = the product's gradient)
-    and HQ's FP8 codes of both gradients, ``BLOCK_L`` whole rows per program."""
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
-    rows64 = rows.to(tl.int64)
-    cols = tl.arange(0, BLOCK_O)
-    mask = (rows < L)[:, None] & (cols < O)[None, :]
-    off = rows64[:, None] * stride + cols[None, :]
-    a = tl.load(a_ptr + off, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + off, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + off, mask=mask, other=0.0).to(tl.float32)
-    sig = tl.sigmoid(a)
-    ga = (g * b * (sig * (1.0 + a * (1.0 - sig)))).to(tl.bfloat16)
-    gb = (g * (a * sig)).to(tl.bfloat16)
-    tl.store(ga_ptr + off, ga, mask=mask)
-    tl.store(gb_ptr + off, gb, mask=mask)
-    _hq_rows(ga.to(tl.float32), ca_ptr, sa_ptr, raw_ptr, rows, rows64, cols, L_OUT, O_PAD,
-             stride_c, QMAX, BLOCK_L, BLOCK_O)  # fmt: skip
-    _hq_rows(gb.to(tl.float32), cb_ptr, sb_ptr, raw_ptr + 1, rows, rows64, cols, L_OUT, O_PAD,
-             stride_c, QMAX, BLOCK_L, BLOCK_O)  # fmt: skip
+from hotcompile.kernels import swiglu_triton
 
 
 def swiglu_hq(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, block_l: int, warps: int):
-    """The prototype: ``(g_gate, g_up, codes_gate, scales_gate, codes_up, scales_up, raw)``,
-    codes ``[padded(L, 16), O]`` e4m3 as ``hot.quantize_gy(.., pad_rows_to=16)`` gives them,
-    ``raw`` two int32 words (each g_y's max-abs bits). O a power of two, one walk wide."""
+    """The kernel (``hotcompile.kernels.swiglu_triton``) with a forced tile: ``(g_gate, g_up,
+    codes_gate, scales_gate, codes_up, scales_up, raw)``, codes ``[padded(L, 16), O]`` e4m3
+    as ``hot.quantize_gy(.., pad_rows_to=16)`` gives them, ``raw`` two int32 words (each
+    g_y's max-abs bits). O a power of two, one walk wide."""
     L, O = a.shape
-    if O & (O - 1) or O % 16:
-        raise ValueError(f"the prototype takes power-of-two widths, got {O}")
+    if not swiglu_triton.supported(a, "fp8_e4m3"):
+        raise ValueError(f"the kernel takes power-of-two widths up to one walk, got {O}")
     l_out = -(-L // 16) * 16
     dev = a.device
     ga, gb = torch.empty_like(a), torch.empty_like(a)
@@ -103,10 +54,9 @@ def swiglu_hq(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, block_l: int, w
     sa = torch.empty((l_out,), dtype=torch.float32, device=dev)
     sb = torch.empty_like(sa)
     raw = torch.zeros((2,), dtype=torch.int32, device=dev)
-    grid = (triton.cdiv(l_out, block_l),)
-    _swiglu_hq_kernel[grid](
-        a, b, g, ga, gb, ca, cb, sa, sb, raw, L, O, l_out, O, a.stride(0), ca.stride(0),
-        QMAX=QMAX, BLOCK_L=block_l, BLOCK_O=O, num_warps=warps,
+    swiglu_triton.launch_swiglu_hq(
+        swiglu_triton._swiglu_hq_kernel, a, b, g, ga, gb, ca, sa, cb, sb, raw[:1], raw[1:], 8,
+        "fp8_e4m3", block_l, warps,
     )  # fmt: skip
     return ga, gb, ca, sa, cb, sb, raw
 

@@ -26,6 +26,7 @@
 # swiglu: tools/repros/swiglu_hq.py (HQ's codes written by the SwiGLU backward: prototype).
 # int4: tools/repros/hq_wide_rows.py --recipe int4 (the vision recipe's HQ tiles on wide rows).
 # ht16: swiglu_hq.py and test_kernels_gpu.py's HQ tests after the butterfly moved to _ht16.
+# swiglu_step: (not yet run) HotConfig.swiglu_hq: its GPU test, then the Llama step.
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
 # --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
@@ -94,6 +95,15 @@ elif [ "$part" = ht16 ]; then
   timeout 140 python3 -m pytest tests/test_kernels_gpu.py -q -p no:cacheprovider \
     -k "fused_quantize_bit_exact or hq_grad_input or weight_quantize" > $OUT/test_kernels_gpu_hq.log 2>&1
   echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_kernels_gpu_hq.log
+elif [ "$part" = swiglu_step ]; then
+  # (next session) HotConfig.swiglu_hq in a compiled step: its GPU test and the ones around
+  # it, then the Llama step, hot against hot_swiglu_hq, each in fresh processes
+  timeout 220 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
+    -k "swiglu_hq or written_once or abc_of_one_x" > $OUT/test_lowering_gpu_swiglu.log 2>&1
+  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 15 $OUT/test_lowering_gpu_swiglu.log
+  timeout 330 python3 tools/bench_train.py --no-progress --models llama --isolate --profile 0 \
+    --variants inductor,hot,hot_swiglu_hq --steps 10 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
 elif [ "$part" = tests ]; then
   timeout 150 python3 tools/repros/qkv_share_gate.py > $OUT/qkv_share_gate.txt 2>&1
   echo "qkv gate rc=$? $(( $(date +%s)-T0 ))s"; grep -E "self_attn|mlp" $OUT/qkv_share_gate.txt

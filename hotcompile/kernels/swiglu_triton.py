@@ -1,0 +1,113 @@
+"""The SwiGLU backward with HQ's codes of both its gradients, in one pass (Triton).
+
+A gated MLP (``down(silu(gate(x)) * up(x))``: Llama, Mistral, Qwen) makes the g_y of gate and
+up in one elementwise kernel, the SwiGLU backward, and HQ then reads each g_y again for its
+per-token codes. HQ's scale is per token — the max over one whole transformed row — so a kernel
+that holds whole rows can write the codes where g_y is made: ``_swiglu_hq_kernel`` reads
+gate's output ``a``, up's ``b`` and the product's gradient ``g`` once, writes
+``g_a = g·b·silu'(a)`` and ``g_b = g·silu(a)`` in ``a``'s dtype (the g_w codes still read them:
+their per-tensor scale waits for the whole g_y), and HQ's codes, scales and raw max-abs word
+of each, as ``hq_triton._hq_quant_kernel`` writes them (``hotcompile.lowering.hot.quantize_gy``
+of the kernel's own g_a / g_b, bit for bit).
+
+Measured on the H100 (``tools/repros/swiglu_hq.py`` → ``tools/results/swiglu_hq_h100.md``,
+the Llama's 8192 × 8192): 301.7 µs against 371.4 for inductor's SwiGLU backward then HQ twice;
+floor 268.4. One row per program, held in registers: widths that are powers of two up to
+``hq_triton.ONE_WALK``; other widths keep the two steps (:func:`supported`).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16
+from hotcompile.kernels.rounding import ROUNDING_CODES, codes, normal_scale
+from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, qmax
+
+#: warps per program (one 8192-wide row): 16 took 301.7 µs, 8 303.8, 4 359.0; two rows per
+#: program spill (368-1241 µs) (H100, ``tools/results/swiglu_hq_h100.json``)
+WARPS = 16
+
+
+@triton.jit
+def _hq_rows(
+    x, codes_ptr, scale_ptr, raw_ptr, rows, rows64, cols, L_OUT, O_PAD, stride_c,
+    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+    BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr,
+):  # fmt: skip
+    """HQ of a whole-row tile ``x`` (float32 of the stored g_y): g_y's raw max-abs (atomic),
+    the 16-block butterfly, the per-row scale and the codes, as ``_hq_quant_kernel`` MODE 0."""
+    INV_Q: tl.constexpr = 1.0 / QMAX
+    tl.atomic_max(raw_ptr, tl.max(tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=1), axis=0))
+    y = _ht16(x, BLOCK_L, BLOCK_O)
+    scale = normal_scale(_amax_bits(y).to(tl.float32, bitcast=True) * INV_Q)
+    tl.store(scale_ptr + rows, scale, mask=rows < L_OUT)
+    offs = rows[:, None] * O_PAD + cols[None, :]
+    q = codes(y, scale[:, None], offs, 0, ROUNDING, QMAX, PM)
+    mask = (rows < L_OUT)[:, None] & (cols < O_PAD)[None, :]
+    tl.store(codes_ptr + rows64[:, None] * stride_c + cols[None, :],
+             q.to(codes_ptr.dtype.element_ty), mask=mask)  # fmt: skip
+
+
+@triton.jit
+def _swiglu_hq_kernel(
+    a_ptr, b_ptr, g_ptr, ga_ptr, gb_ptr, ca_ptr, cb_ptr, sa_ptr, sb_ptr, ra_ptr, rb_ptr,
+    L, O, L_OUT, O_PAD, stride, stride_c,
+    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+    BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr,
+):  # fmt: skip
+    """SwiGLU backward (``a``: gate's output, ``b``: up's, ``g``: the product's gradient) and
+    HQ's codes of both gradients, ``BLOCK_L`` whole rows per program."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
+    rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_O)
+    mask = (rows < L)[:, None] & (cols < O)[None, :]
+    off = rows64[:, None] * stride + cols[None, :]
+    a = tl.load(a_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    sig = tl.sigmoid(a)
+    ga = (g * b * (sig * (1.0 + a * (1.0 - sig)))).to(ga_ptr.dtype.element_ty)
+    gb = (g * (a * sig)).to(gb_ptr.dtype.element_ty)
+    tl.store(ga_ptr + off, ga, mask=mask)
+    tl.store(gb_ptr + off, gb, mask=mask)
+    _hq_rows(ga.to(tl.float32), ca_ptr, sa_ptr, ra_ptr, rows, rows64, cols, L_OUT, O_PAD,
+             stride_c, ROUNDING, QMAX, PM, BLOCK_L, BLOCK_O)  # fmt: skip
+    _hq_rows(gb.to(tl.float32), cb_ptr, sb_ptr, rb_ptr, rows, rows64, cols, L_OUT, O_PAD,
+             stride_c, ROUNDING, QMAX, PM, BLOCK_L, BLOCK_O)  # fmt: skip
+
+
+def supported(a: torch.Tensor, rounding: str) -> bool:
+    """Shapes and settings the kernel takes: rows of a power-of-two width up to ONE_WALK (a
+    multiple of 16), unit column stride, 16-bit floats, the roundings HQ's kernel has."""
+    O = a.shape[-1]
+    return (
+        a.dim() == 2
+        and a.dtype in (torch.bfloat16, torch.float16)
+        and 16 <= O <= ONE_WALK
+        and O & (O - 1) == 0
+        and rounding in ROUNDING_CODES
+        and rounding != "stochastic"
+    )
+
+
+def launch_swiglu_hq(
+    kernel, a, b, g, ga, gb, ca, sa, cb, sb, raw_a, raw_b, bits: int, rounding: str,
+    block_l: int = 1, warps: int = WARPS,
+) -> None:  # fmt: skip
+    """Launch ``_swiglu_hq_kernel`` (or its ``wrap_triton``) over ``[L, O]`` rows into the
+    given outputs: ``ga``/``gb`` like ``a``; codes ``[L_out, O]`` and scales ``[L_out]``
+    (``L_out >= L``: padded rows get zero codes and scales); ``raw_a``/``raw_b`` zeroed int32
+    words. All row-major with a unit column stride, ``a``/``b``/``g`` with one row stride."""
+    L, O = a.shape
+    l_out = ca.shape[0]
+    grid = (triton.cdiv(l_out, block_l),)
+    kernel[grid](
+        a, b, g, ga, gb, ca, cb, sa, sb, raw_a, raw_b, L, O, l_out, O, a.stride(0), ca.stride(0),
+        ROUNDING=ROUNDING_CODES[rounding],
+        QMAX=int(FP8_MAX) if rounding == FP8_E4M3 else qmax(bits),
+        PM=PSEUDO_BITS[bits], BLOCK_L=block_l, BLOCK_O=O, num_warps=warps,
+    )  # fmt: skip
