@@ -367,8 +367,8 @@ def _given_gy(spec: LayerSpec, in_features: int, gy: torch.Tensor) -> tuple | No
     """HQ's operand of ``gy`` if its producer made it for these settings (traced only)."""
     from torch._subclasses.fake_tensor import is_fake
 
-    if spec.lowering != "native" or not spec.gx_quantized or not is_fake(gy):
-        return None
+    if not _TRACED_GY or spec.lowering != "native" or not spec.gx_quantized or not is_fake(gy):
+        return None  # (nothing kept: swiglu_hq is off, or no SwiGLU in this trace)
     return _traced_get(_TRACED_GY, gy, _gy_key(spec, in_features, gy))
 
 
@@ -452,7 +452,7 @@ class HotLinearFunction(torch.autograd.Function):
         gx = gw = gb = gy_amax = None
         if ctx.needs_input_grad[0]:
             w2 = w_codes if w_codes is not None else weight
-            given = _given_gy(spec, ctx.x_shape[-1], gy)
+            given = _given_gy(spec, w_codes[0].shape[0], gy) if w_codes is not None else None
             gx, gy_amax = _input_grad(spec, gy2, w2, _shares_gy_amax(spec, ctx), given)
             gx = gx.reshape(ctx.x_shape).to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
