@@ -115,14 +115,13 @@ def swiglu_backward(
     H100 found g_a one ulp off inductor's in 0.0014% of the values)."""
     O = a.shape[-1]
     a2, b2, g2 = (t.reshape(-1, O) for t in (a, b, g))
-    from hotcompile.kernels import swiglu_triton
+    if use_triton(a2) and a2.shape[0] > 0 and a.dtype == b.dtype == g.dtype:
+        from hotcompile.kernels import swiglu_triton  # imports Triton: CUDA only
 
-    if (
-        use_triton(a2)
-        and a2.shape[0] > 0
-        and a.dtype == b.dtype == g.dtype
-        and swiglu_triton.supported(a2, rounding)
-    ):
+        fused = swiglu_triton.supported(a2, rounding)
+    else:
+        fused = False
+    if fused:
         ga, gb, ca, sa, ra, cb, sb, rb = _triton_ops().swiglu_backward_hq(
             _plain(a2), _plain(b2), _plain(g2), bits, rounding, fp8, pad_rows_to
         )
