@@ -383,6 +383,49 @@ def test_gate_charges_layers_reading_one_x_their_share_of_its_abc() -> None:
     assert float(part["q"].split("x")[0]) < float(whole["q"].split("x")[0])
 
 
+def test_gate_times_a_shared_shape_once_and_derives_the_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shape the rewrite plans with x's ABC shared (q/k/v: 3) and then again alone (its
+    group not taken whole) is timed once: the layer alone, and ABC apart, under the
+    layer-alone key; the share is derived from those. (The timings are faked here: the
+    bookkeeping runs on the CPU.)"""
+    import contextlib
+
+    from hotcompile import diskcache
+
+    timed: list[str] = []
+    fake = {"bf16": 189.0, "hot": 197.0, "abc": 20.0}
+
+    def timer(kind):
+        def make(*args):
+            return kind
+
+        return make
+
+    monkeypatch.setattr(gate, "_cache", {})
+    monkeypatch.setattr(diskcache, "save", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "H100 (faked)")
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(gate, "exact_sides", lambda *a: ["bf16"])
+    monkeypatch.setattr(gate, "_hot_fn", timer("hot"))
+    monkeypatch.setattr(gate, "_abc_fn", timer("abc"))
+    monkeypatch.setattr(gate, "_graph_us", lambda kind: timed.append(kind) or fake[kind])
+    qkv = gate.Shape(L=64, O=32, I=32, N=2, S=32, x_amax_given=True)
+    cpu = torch.device("cpu")
+    shared = gate.measure(dataclasses.replace(qkv, x_readers=3), cpu)
+    assert shared.shared == 3 and shared.hot_us == pytest.approx(197.0 - 20.0 * 2 / 3)
+    alone = gate.measure(qkv, cpu)
+    assert alone.shared == 1 and (alone.bf16_us, alone.hot_us) == (189.0, 197.0)
+    assert timed == ["bf16", "hot", "abc"]  # nothing timed twice
+    # a shape first timed alone has ABC timed apart when a share is asked of it
+    timed.clear()
+    other = dataclasses.replace(qkv, O=64)
+    gate.measure(other, cpu)
+    gate.measure(dataclasses.replace(other, x_readers=2), cpu)
+    assert timed == ["bf16", "hot", "abc"]
+
+
 def test_a_group_not_taken_whole_is_planned_with_the_whole_abc_each(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

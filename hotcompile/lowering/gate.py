@@ -79,7 +79,7 @@ class Speed:
 #: 3: codes times the scale's reciprocal, the weight quantized in the forward from its GEMM
 #: copy, the bf16 side's cast of g_w to the weight's dtype; 4: the exact side also timed with
 #: unaligned dims padded as inductor pads them; ``Shape.x_amax_given``; 5: ``Shape.x_readers``,
-#: ABC timed alone too)
+#: ABC timed alone too, kept under the layer-alone key)
 MEASURE_VERSION = 5
 
 
@@ -190,9 +190,9 @@ def _load() -> dict[str, dict[str, float]]:
     return _cache
 
 
-def _store(key: str, speed: Speed) -> None:
+def _store(key: str, times: dict[str, float]) -> None:
     cache = _load()
-    cache[key] = {"bf16_us": speed.bf16_us, "hot_us": speed.hot_us}
+    cache[key] = times
     diskcache.save(CACHE_FILE, cache)  # a read-only home: the in-memory cache still holds
 
 
@@ -362,27 +362,34 @@ def exact_sides(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor) ->
 
 
 def measure(s: Shape, device: torch.device) -> Speed:
-    """Both backwards of ``s`` timed on ``device`` (cached): see the module docstring."""
-    name = torch.cuda.get_device_name(device)
-    key = s.key(name)
+    """Both backwards of ``s`` timed on ``device`` (cached): see the module docstring.
+
+    The times are kept for the layer alone (``x_readers`` 1), with ABC of x timed apart where
+    a layer shares it: a shape the rewrite plans with a share and again without
+    (``rewrite._share_abc``) is timed once, and its share derived."""
+    n = s.x_readers
+    shares = n > 1 and s.need_gw and bool(s.gw_bits)
+    key = dataclasses.replace(s, x_readers=1).key(torch.cuda.get_device_name(device))
     with _lock:
-        hit = _load().get(key)
-        if hit is not None:
-            return Speed(hit["bf16_us"], hit["hot_us"], "measured", s.x_readers)
-        dtype = getattr(torch, s.dtype)
-        gen = torch.Generator(device=device).manual_seed(0)
-        with torch.cuda.device(device):
-            gy = torch.randn((s.L, s.O), device=device, dtype=dtype, generator=gen)
-            x = torch.randn((s.L, s.I), device=device, dtype=dtype, generator=gen)
-            w = torch.randn((s.O, s.I), device=device, generator=gen).to(getattr(torch, s.wdtype))
-            bf16_us = min(_graph_us(f) for f in exact_sides(s, gy, w, x))
-            hot_us = _graph_us(_hot_fn(s, gy, w, x))
-            if s.x_readers > 1 and s.need_gw and s.gw_bits:
-                # one quantization of x for all its readers: this layer's share of it
-                hot_us -= _graph_us(_abc_fn(s, x)) * (1 - 1 / s.x_readers)
-            speed = Speed(bf16_us, hot_us, "measured", s.x_readers)
-        _store(key, speed)
-        return speed
+        times = dict(_load().get(key) or {})
+        if not times or (shares and "abc_us" not in times):
+            dtype = getattr(torch, s.dtype)
+            gen = torch.Generator(device=device).manual_seed(0)
+            with torch.cuda.device(device):
+                gy = torch.randn((s.L, s.O), device=device, dtype=dtype, generator=gen)
+                x = torch.randn((s.L, s.I), device=device, dtype=dtype, generator=gen)
+                w = torch.randn((s.O, s.I), device=device, generator=gen)
+                w = w.to(getattr(torch, s.wdtype))
+                if not times:
+                    times["bf16_us"] = min(_graph_us(f) for f in exact_sides(s, gy, w, x))
+                    times["hot_us"] = _graph_us(_hot_fn(s, gy, w, x))
+                if shares:
+                    times["abc_us"] = _graph_us(_abc_fn(s, x))
+            _store(key, times)
+    hot_us = times["hot_us"]
+    if shares:  # one quantization of x for all its readers: this layer's share of it
+        hot_us -= times["abc_us"] * (1 - 1 / n)
+    return Speed(times["bf16_us"], hot_us, "measured", n)
 
 
 def decide(s: Shape, device: torch.device | None) -> Speed:
