@@ -502,8 +502,8 @@ class HotSwiGLUFunction(torch.autograd.Function):
 
         a, b = ctx.saved_tensors
         spec: LayerSpec = ctx.spec
-        key = _gy_key(spec, ctx.in_features, g)
-        fp8, pad = key[4], key[5]
+        fp8, pad = native.gy_operand_layout(ctx.in_features, spec.gx_bits, spec.gx_rounding,
+                                            g.device)  # fmt: skip
         ga, gb, qa, qb = native.swiglu_backward(a, b, g, spec.gx_bits, spec.gx_rounding, fp8, pad)
         if is_fake(ga):
             for gy, q in ((ga, qa), (gb, qb)):

@@ -606,7 +606,7 @@ def rewrite(
         name = _name(call, scope, seen)
         args = (config, scope, call, name, weights, tokens[id(scope.gm)], probe_hla)
         items.append([scope, call, args, _plan_call(*args, readers.get(_x_key(scope, call), 1))])
-    _share_abc(items, readers)
+    _share_abc(items)
     for scope, call, _, plan in items:
         plans.append(plan)
         if plan.path == "skipped":
@@ -709,7 +709,7 @@ def _x_readers(calls: list[tuple[Scope, WeightCall]]) -> dict[tuple[int, Any], i
     return n
 
 
-def _share_abc(items: list[list], readers: dict[tuple[int, Any], int]) -> None:
+def _share_abc(items: list[list]) -> None:
     """Keep the speed gate's shared charge for ABC only where it comes true.
 
     Layers that read one x and all take HOT quantize x once (``autograd.
@@ -723,10 +723,10 @@ def _share_abc(items: list[list], readers: dict[tuple[int, Any], int]) -> None:
     groups: dict[tuple[int, Any], list[list]] = {}
     for item in items:
         key = _x_key(item[0], item[1])
-        if key is not None and readers.get(key, 1) > 1:
+        if key is not None:
             groups.setdefault(key, []).append(item)
     for group in groups.values():
-        if all(item[3].path == "hot" for item in group):
+        if len(group) < 2 or all(item[3].path == "hot" for item in group):
             continue
         for item in group:
             shared, item[3] = item[3].speed, _plan_call(*item[2], 1)

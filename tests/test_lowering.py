@@ -440,7 +440,6 @@ def test_a_group_not_taken_whole_is_planned_with_the_whole_abc_each(
     x = torch.fx.Graph().placeholder("x")
     scope = types.SimpleNamespace(gm=object())
     calls = [types.SimpleNamespace(kind="linear", weight_left=False, x=x) for _ in range(3)]
-    readers = {(id(scope.gm), x): 3}
     shared = gate.Speed(193.0, 189.0, "measured", 3)  # 1.02x: inside the margin
     alone = gate.Speed(193.0, 202.0, "measured")
     replanned = []
@@ -455,7 +454,7 @@ def test_a_group_not_taken_whole_is_planned_with_the_whole_abc_each(
 
     monkeypatch.setattr(rewrite, "_plan_call", plan_call)
     items = [[scope, c, (n,), plan(n, "skipped", shared)] for n, c in zip("qkv", calls)]
-    rewrite._share_abc(items, readers)
+    rewrite._share_abc(items)
     assert replanned == [("q", 1), ("k", 1), ("v", 1)]
     for item in items:
         assert item[3].reason.startswith("speed: measured: HOT 202 µs vs bf16 193 µs")
@@ -465,7 +464,7 @@ def test_a_group_not_taken_whole_is_planned_with_the_whole_abc_each(
     replanned.clear()
     taken = gate.Speed(193.0, 180.0, "measured", 3)
     items = [[scope, c, (n,), plan(n, "hot", taken)] for n, c in zip("qkv", calls)]
-    rewrite._share_abc(items, readers)
+    rewrite._share_abc(items)
     assert replanned == [] and all(item[3].speed is taken for item in items)
 
 

@@ -764,17 +764,12 @@ def _targets(
         ok = torchao is not None and "step_ms" in torchao
         vs = torchao["step_ms"] / hot["step_ms"] if ok else None
         out["vs_torchao_ratio"] = vs
-        spans = [(min(v["step_times_ms"]), max(v["step_times_ms"])) for v in (hot, torchao or {})
-                 if v.get("step_times_ms")]  # fmt: skip
-        if (
-            ok
-            and len(spans) == 2
-            and (unsteady_note(hot) or unsteady_note(torchao))
-            and (spans[0][0] <= spans[1][1] and spans[1][0] <= spans[0][1])
-        ):
+        hs, ts = _step_span(hot), _step_span(torchao or {})
+        overlap = hs is not None and ts is not None and hs[0] <= ts[1] and ts[0] <= hs[1]
+        if ok and overlap and (unsteady_note(hot) or unsteady_note(torchao)):
             # a bimodal run (run 24's torchao) must not decide the head-to-head: its median
             # said "met" where the variant's other steps and its profile said the opposite
-            (a, b), (c, d) = spans
+            (a, b), (c, d) = hs, ts
             out["faster_than_torchao_target"] = _target(
                 f"hot < {torchao_name}", vs, None, "-",
                 f"unsteady steps overlap (hot {a:.1f}-{b:.1f} ms, {torchao_name} {c:.1f}-{d:.1f} "
@@ -902,13 +897,19 @@ def unsteady_note(v: dict[str, Any]) -> str | None:
     four steps and 70.6-72.9 ms for the next six; the median (71.2 ms) made HOT look faster
     than torchao while its profiled steps took 66.1 ms. The note sends the reader to the
     per-step times (the JSON's ``step_times_ms``) before trusting the ratio."""
-    times = v.get("step_times_ms") or []
-    if len(times) < 2 or not v.get("step_ms"):
+    span = _step_span(v)
+    if span is None or len(v["step_times_ms"]) < 2 or not v.get("step_ms"):
         return None
-    lo, hi = min(times), max(times)
+    lo, hi = span
     if (hi - lo) / v["step_ms"] <= UNSTEADY_SPREAD:
         return None
     return f"unsteady: steps {lo:.1f}-{hi:.1f} ms"
+
+
+def _step_span(v: dict[str, Any]) -> tuple[float, float] | None:
+    """(fastest, slowest) of a variant's timed steps, None without them."""
+    times = v.get("step_times_ms")
+    return (min(times), max(times)) if times else None
 
 
 def _fmt(v: Any, spec: str = ".2f", unit: str = "") -> str:

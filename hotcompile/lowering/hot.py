@@ -115,12 +115,11 @@ def swiglu_backward(
     H100 found g_a one ulp off inductor's in 0.0014% of the values)."""
     O = a.shape[-1]
     a2, b2, g2 = (t.reshape(-1, O) for t in (a, b, g))
-    if use_triton(a2) and a2.shape[0] > 0 and a.dtype == b.dtype == g.dtype:
+    fused = use_triton(a2) and a2.shape[0] > 0 and a.dtype == b.dtype == g.dtype
+    if fused:
         from hotcompile.kernels import swiglu_triton  # imports Triton: CUDA only
 
         fused = swiglu_triton.supported(a2, rounding)
-    else:
-        fused = False
     if fused:
         ga, gb, ca, sa, ra, cb, sb, rb = _triton_ops().swiglu_backward_hq(
             _plain(a2), _plain(b2), _plain(g2), bits, rounding, fp8, pad_rows_to
@@ -269,11 +268,10 @@ def grad_input_codes(
     L, I = gy2.shape[0], wq.shape[0]
     fp8_values = rounding == FP8_E4M3
     fp8 = gx_codes_fp8(I, bits, rounding, gy2.device)
-    pad = gy_operand_layout(I, bits, rounding, gy2.device)[1]
     if given is not None:
         gq, sg, raw = given
     else:
-        codes_fp8 = gy_operand_layout(I, bits, rounding, gy2.device)[0]
+        codes_fp8, pad = gy_operand_layout(I, bits, rounding, gy2.device)
         gq, sg, raw = quantize_gy(gy2, bits, per_token, rounding, codes_fp8, pad, raw_amax)
     s_w = sw / 16
     if fp8:
