@@ -22,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16
-from hotcompile.kernels.rounding import ROUNDING_CODES, codes, normal_scale
+from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16, _quant_store
+from hotcompile.kernels.rounding import ROUNDING_CODES, normal_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, qmax
 
 #: warps per program (one 8192-wide row): 16 took 301.7 µs, 8 303.8, 4 359.0; two rows per
@@ -40,15 +40,12 @@ def _hq_rows(
     """HQ of a whole-row tile ``x`` (float32 of the stored g_y): g_y's raw max-abs (atomic),
     the 16-block butterfly, the per-row scale and the codes, as ``_hq_quant_kernel`` MODE 0."""
     INV_Q: tl.constexpr = 1.0 / QMAX
-    tl.atomic_max(raw_ptr, tl.max(tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=1), axis=0))
+    tl.atomic_max(raw_ptr, tl.max(_amax_bits(x), axis=0))
     y = _ht16(x, BLOCK_L, BLOCK_O)
     scale = normal_scale(_amax_bits(y).to(tl.float32, bitcast=True) * INV_Q)
     tl.store(scale_ptr + rows, scale, mask=rows < L_OUT)
-    offs = rows[:, None] * O_PAD + cols[None, :]
-    q = codes(y, scale[:, None], offs, 0, ROUNDING, QMAX, PM)
-    mask = (rows < L_OUT)[:, None] & (cols < O_PAD)[None, :]
-    tl.store(codes_ptr + rows64[:, None] * stride_c + cols[None, :],
-             q.to(codes_ptr.dtype.element_ty), mask=mask)  # fmt: skip
+    _quant_store(y, scale[:, None], codes_ptr, stride_c, rows, rows64, cols, L_OUT, O_PAD, 0,
+                 ROUNDING, QMAX, PM)  # fmt: skip
 
 
 @triton.jit
