@@ -178,9 +178,10 @@ class HotConfig:
             g_up writes their codes too (``hotcompile.kernels.swiglu_triton``; the Llama's
             8192-wide rows on the H100: 301.7 µs against 371.4 for the SwiGLU backward then
             HQ twice, ``tools/results/swiglu_hq_h100.md``), and the layers skip their own pass
-            over g_y. Same codes bit for bit; g_gate within one bf16 ulp of inductor's. Off by
-            default: **not yet run in a compiled step on a GPU** (the kernel is; the plumbing
-            is checked on the CPU).
+            over g_y. Same codes bit for bit; g_gate within one bf16 ulp of inductor's. On by
+            default since the Llama's step on the H100 took 68.9 ms with it against 70.3
+            without (fresh processes, ``tools/results/bench_train_runs/run26_*``); ``False``
+            keeps the SwiGLU backward inductor's and HQ's pass over each g_y its own.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.
@@ -273,7 +274,7 @@ class HotConfig:
     conv_abc: str = "im2col"
     abc_recompute: str = "unary"
     abc_max_abs: str = "producer"
-    swiglu_hq: bool = False
+    swiglu_hq: bool = True
     hla_2d: str = "none"
     exact: bool = False
     include: tuple[str, ...] = ()

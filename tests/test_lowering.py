@@ -746,7 +746,7 @@ def test_swiglu_hq_fuses_only_a_gated_product_of_two_hq_layers() -> None:
     x, y = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
     torch.compile(Variants(), backend=capture)(x, y)
     ((gm, inputs),) = graphs
-    config = hotcompile.HotConfig(recipe="text", prefer="paper", lowering="native")
+    config = hotcompile.HotConfig(recipe="text", prefer="paper", lowering="native", swiglu_hq=False)
     rewrite(gm, config, inputs)
     with torch.no_grad():
         before = gm(*inputs)

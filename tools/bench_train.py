@@ -152,9 +152,12 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # ABC of x's plain rows taking x's max-abs in a pass of its own (the default until run 20)
     "hot_kernel_amax": {"abc_max_abs": "kernel"},
     "hot_kernel_amax_cg": {"abc_max_abs": "kernel", "mode": "reduce-overhead"},
-    # HQ of a gated MLP's gate/up g_y written by the SwiGLU backward's kernel (opt-in)
+    # HQ of a gated MLP's gate/up g_y written by the SwiGLU backward's kernel (opt-in until
+    # run 26, the default since: the variants below name it for the runs that compared it)
     "hot_swiglu_hq": {"swiglu_hq": True},
     "hot_swiglu_hq_cg": {"swiglu_hq": True, "mode": "reduce-overhead"},
+    "hot_swiglu_unfused": {"swiglu_hq": False},
+    "hot_swiglu_unfused_cg": {"swiglu_hq": False, "mode": "reduce-overhead"},
 }
 
 #: what ``--variants`` runs unless told
@@ -233,6 +236,9 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_swiglu_hq": "as hot, with swiglu_hq=True: a gated MLP's SwiGLU backward also writes "
     "HQ's codes of g_gate and g_up (one kernel; the layers skip their own pass over g_y)",
     "hot_swiglu_hq_cg": "as hot_cg, with swiglu_hq=True; judged against inductor_cg",
+    "hot_swiglu_unfused": "as hot, with swiglu_hq=False (the default until run 26): the SwiGLU "
+    "backward is inductor's and gate's and up's HQ each read their g_y in a pass of their own",
+    "hot_swiglu_unfused_cg": "as hot_cg, with swiglu_hq=False; judged against inductor_cg",
 }
 
 

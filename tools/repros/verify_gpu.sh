@@ -26,7 +26,10 @@
 # swiglu: tools/repros/swiglu_hq.py (HQ's codes written by the SwiGLU backward: prototype).
 # int4: tools/repros/hq_wide_rows.py --recipe int4 (the vision recipe's HQ tiles on wide rows).
 # ht16: swiglu_hq.py and test_kernels_gpu.py's HQ tests after the butterfly moved to _ht16.
-# swiglu_step: (not yet run) HotConfig.swiglu_hq: its GPU test, then the Llama step.
+# swiglu_step: HotConfig.swiglu_hq: its GPU test, then the Llama step (run 26, 4a26a80).
+# all: (nineteenth session, swiglu_hq the default) qkv_share_gate.py, then every GPU test file
+#       in parallel: test_lowering_gpu, test_gpu, test_matmul_gpu, test_kernels_gpu.
+# llama: the Llama step, 5 variants + hot_swiglu_unfused (the default before), 10 steps.
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
 # --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
@@ -103,6 +106,17 @@ elif [ "$part" = swiglu_step ]; then
   echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 15 $OUT/test_lowering_gpu_swiglu.log
   timeout 330 python3 tools/bench_train.py --no-progress --models llama --isolate --profile 0 \
     --variants inductor,hot,hot_swiglu_hq --steps 10 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+elif [ "$part" = all ]; then
+  timeout 120 python3 tools/repros/qkv_share_gate.py > $OUT/qkv_share_gate.txt 2>&1
+  echo "qkv gate rc=$? $(( $(date +%s)-T0 ))s"; grep -E "self_attn|mlp" $OUT/qkv_share_gate.txt
+  for f in test_lowering_gpu test_gpu test_matmul_gpu test_kernels_gpu; do
+    timeout 400 python3 -m pytest tests/$f.py -q -p no:cacheprovider > $OUT/$f.log 2>&1 &
+  done
+  wait; echo "tests $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_*.log
+elif [ "$part" = llama ]; then
+  timeout 500 python3 tools/bench_train.py --no-progress --models llama --steps 10 \
+    --variants inductor,inductor_cg,hot,hot_cg,torchao_float8,hot_swiglu_unfused --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
 elif [ "$part" = tests ]; then
   timeout 150 python3 tools/repros/qkv_share_gate.py > $OUT/qkv_share_gate.txt 2>&1
