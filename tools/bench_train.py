@@ -158,6 +158,9 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_swiglu_hq_cg": {"swiglu_hq": True, "mode": "reduce-overhead"},
     "hot_swiglu_unfused": {"swiglu_hq": False},
     "hot_swiglu_unfused_cg": {"swiglu_hq": False, "mode": "reduce-overhead"},
+    # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
+    "inductor_cpp": None,
+    "hot_cpp": {"inductor_config": {"cpp_wrapper": True}},
 }
 
 #: what ``--variants`` runs unless told
@@ -169,7 +172,11 @@ PLAIN_MODES: dict[str, str | None] = {
     "inductor_cg": "reduce-overhead",
     "torchao_float8": None,
     "torchao_float8_cg": "reduce-overhead",
+    "inductor_cpp": None,
 }
+
+#: ``torch.compile(options=...)`` of the variants without the hot backend
+PLAIN_OPTIONS: dict[str, dict[str, Any]] = {"inductor_cpp": {"cpp_wrapper": True}}
 
 #: variants that convert the model with torchao's float8 training first
 TORCHAO_VARIANTS = ("torchao_float8", "torchao_float8_cg")
@@ -239,6 +246,10 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_swiglu_unfused": "as hot, with swiglu_hq=False (the default until run 26): the SwiGLU "
     "backward is inductor's and gate's and up's HQ each read their g_y in a pass of their own",
     "hot_swiglu_unfused_cg": "as hot_cg, with swiglu_hq=False; judged against inductor_cg",
+    "inductor_cpp": '`torch.compile(model, options={"cpp_wrapper": True})`: inductor\'s '
+    "wrapper code in C++ (kernels launched without Python; a longer compile)",
+    "hot_cpp": 'as hot, with options={"inductor_config": {"cpp_wrapper": True}}; judged '
+    "against inductor",
 }
 
 
@@ -267,6 +278,8 @@ def compile_variant(
     """
     if not is_hot(variant):
         if compiler == "inductor":
+            if variant in PLAIN_OPTIONS:  # torch.compile takes a mode or options, not both
+                return torch.compile(module, options=PLAIN_OPTIONS[variant])
             return torch.compile(module, mode=PLAIN_MODES[variant])
         return torch.compile(module, backend="aot_eager_decomp_partition")
     return torch.compile(module, backend="hot", options=hot_options(variant, compiler, extra))

@@ -30,6 +30,8 @@
 # all: (nineteenth session, swiglu_hq the default) qkv_share_gate.py, then every GPU test file
 #       in parallel: test_lowering_gpu, test_gpu, test_matmul_gpu, test_kernels_gpu.
 # llama: the Llama step, 5 variants + hot_swiglu_unfused (the default before), 10 steps.
+# cpp: inductor's C++ wrapper (kernels launched without Python) on the host-bound models:
+#       ResNet-50 and GPT-2, inductor / inductor_cpp / hot / hot_cpp, fresh processes.
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
 # --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
@@ -118,6 +120,13 @@ elif [ "$part" = llama ]; then
   timeout 500 python3 tools/bench_train.py --no-progress --models llama --steps 10 \
     --variants inductor,inductor_cg,hot,hot_cg,torchao_float8,hot_swiglu_unfused --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+elif [ "$part" = cpp ]; then
+  timeout 330 python3 tools/bench_train.py --no-progress --models resnet50 --isolate \
+    --variants inductor,inductor_cpp,hot,hot_cpp --steps 10 --out $OUT/bench_resnet > $OUT/bench_resnet.log 2>&1
+  echo "resnet rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| (inductor|hot)" $OUT/bench_resnet/bench_train.md
+  timeout $(( 540-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models gpt2 --isolate \
+    --variants inductor,inductor_cpp,hot,hot_cpp --steps 10 --out $OUT/bench_gpt2 > $OUT/bench_gpt2.log 2>&1
+  echo "gpt2 rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| (inductor|hot)" $OUT/bench_gpt2/bench_train.md
 elif [ "$part" = tests ]; then
   timeout 150 python3 tools/repros/qkv_share_gate.py > $OUT/qkv_share_gate.txt 2>&1
   echo "qkv gate rc=$? $(( $(date +%s)-T0 ))s"; grep -E "self_attn|mlp" $OUT/qkv_share_gate.txt
