@@ -101,6 +101,8 @@ class LayerReport:
     #: HOT's backward speed-up over bf16 (``LayerPlan.speedup_text``: measured, or the H100
     #: roofline model of ``hotcompile.lowering.gate`` on meta tensors)
     speedup: str = "-"
+    #: who writes HQ's g_y operand when not the layer's own pass (``LayerPlan.gy_from``)
+    gy_from: str = ""
 
     def to_json(self, formulas: bool = False) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -116,6 +118,7 @@ class LayerReport:
             "bits": {"gx": self.gx_bits, "gw": self.gw_bits},
             "gw_format": self.gw_format if self.gw_bits == 8 else None,
             "speedup": self.speedup,
+            "gy_from": self.gy_from or None,
             "hla": {"n": self.n, "r": self.r},
             "quantizer": self.quantizer,
             "weight_grad": self.weight_grad,
@@ -235,7 +238,8 @@ class Report:
             bits = "-" if lay.path == "skipped" else f"{lay.gx_bits or 32}/{gw}"
             rows.append([
                 lay.name, lay.kind, j["L"], lay.O, lay.I,
-                lay.path + (f" ({lay.reason})" if lay.reason else ""), bits, lay.quantizer or "-",
+                lay.path + (f" ({lay.reason})" if lay.reason else ""), bits,
+                (lay.quantizer or "-") + (" *" if lay.gy_from else ""),
                 j["flops"]["vanilla_backward"] / 1e6, j["flops"]["hot_overhead"] / 1e6,
                 j["flops"]["hot_overhead_pct"], j["bops"]["fp_backward"] / 1e9,
                 j["bops"]["hot_backward"] / 1e9, j["memory"]["paper_fp_bytes"] / 2**20,
@@ -250,6 +254,12 @@ class Report:
         ])  # fmt: skip
         text = tabulate(rows, headers=headers, floatfmt=".2f", intfmt="d")
         lines = [f"HOT cost report: {self.model_name}", text, ""]
+        fused = [lay for lay in self.layers if lay.gy_from]
+        if fused:
+            lines.append(
+                "*: g_y's HQ codes written by the kernel that makes g_y, not a pass of the "
+                "layer's own: " + ", ".join(sorted({lay.gy_from for lay in fused}))
+            )
         if any(lay.speedup.endswith("H100 model") for lay in self.layers):
             lines.append(
                 "speed-up: HOT's backward vs bf16 per layer, from the roofline model of an H100 "
@@ -653,7 +663,7 @@ def _layer(
         gw_bits=gw_bits if path.hot_gw else None, n=n, r=rows if hla else n,
         quantizer=_quantizer(plan), weight_grad=node.weight_grad, formulas=f, values=values,
         gw_format=spec.gw_format if spec is not None else _gw_format_unrewritten(config),
-        speedup=plan.speedup_text(),
+        speedup=plan.speedup_text(), gy_from=plan.gy_from,
     )  # fmt: skip
 
 

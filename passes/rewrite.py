@@ -59,6 +59,9 @@ class LayerPlan:
     for g_w), ``"exact"`` (config.exact: rewritten, every transform off) or ``"skipped"``
     (autograd's backward; ``reason`` says why). ``hla_plan``: the plan's HLA choice for this
     layer ``(hla, e_hla, rule)`` when the plan made one (``spec.hla_rows`` is what runs).
+    ``gy_from``: who makes HQ's operand of this layer's g_y when the layer does not quantize
+    it itself (``"SwiGLU backward (gate * up)"`` for a gated MLP's gate and up layers under
+    ``HotConfig.swiglu_hq``); empty where the layer's backward reads g_y in a pass of its own.
     """
 
     name: str
@@ -74,6 +77,7 @@ class LayerPlan:
     op: str = ""
     region: str = ""
     recipe: str = ""
+    gy_from: str = ""
 
     @property
     def kind_text(self) -> str:
@@ -158,8 +162,12 @@ class LayerPlan:
             "rounding": s.rounding if hot else "-",
             "recipe": self.recipe if hot else "-",
             "speed-up": self.speedup_text(),
-            "note": self.reason or self._hla_note(),
+            "note": "; ".join(filter(None, (self.reason or self._hla_note(), self._gy_note()))),
         }
+
+    def _gy_note(self) -> str:
+        """Where HQ's g_y operand comes from when another kernel writes it."""
+        return f"g_y's HQ codes from the {self.gy_from}" if self.gy_from else ""
 
     def speedup_text(self) -> str:
         """HOT's backward speed-up over bf16 for this layer and where the number comes from:
@@ -623,8 +631,14 @@ def rewrite(
             plan.path,
         )
     if config.swiglu_hq:
+        by_name = {p.name: i for i, p in enumerate(plans)}
         for m in touched:
-            _fuse_swiglu(m)
+            for gate, up in _fuse_swiglu(m):
+                for name in (gate, up):
+                    if name in by_name:  # a layer called twice: the plan of its first call
+                        i = by_name[name]
+                        what = f"SwiGLU backward ({gate} * {up})"
+                        plans[i] = dataclasses.replace(plans[i], gy_from=what)
     for m in touched:
         m.recompile()
     return plans
@@ -652,11 +666,11 @@ def _hq_linear_spec(node: Any) -> LayerSpec | None:
     return spec if ok else None
 
 
-def _fuse_swiglu(gm: torch.fx.GraphModule) -> list[str]:
+def _fuse_swiglu(gm: torch.fx.GraphModule) -> list[tuple[str, str]]:
     """``HotConfig.swiglu_hq``: each ``silu(gate(x)) * up(x)`` whose gate and up are HOT
     linear calls on one x with the same HQ settings becomes ``hot_swiglu(gate(x), up(x))``
     (:class:`hotcompile.autograd.HotSwiGLUFunction`), whose backward makes HQ's operands of
-    both gradients. Returns the fused pairs' names (also logged)."""
+    both gradients. Returns the fused pairs' layer names ``(gate, up)`` (also logged)."""
     fused = []
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in (operator.mul, torch.mul):
@@ -683,7 +697,7 @@ def _fuse_swiglu(gm: torch.fx.GraphModule) -> list[str]:
             call.__name__ = call.__qualname__ = hot_swiglu.__name__
             node.target, node.args = call, (gate, up)
             gm.graph.erase_node(act)
-            fused.append(f"{sg.name} * {su.name}")
+            fused.append((sg.name, su.name))
             log.info("hotcompile: silu(%s) * %s -> hot_swiglu (HQ of both in its backward)",
                      sg.name, su.name)  # fmt: skip
             break

@@ -718,6 +718,41 @@ def test_swiglu_hq_makes_both_operands_in_the_swiglu_backward(
     assert not ag._TRACED_GY  # nothing kept once the traces are gone
 
 
+def test_swiglu_hq_is_in_the_plan() -> None:
+    """The plan table says where gate's and up's g_y codes come from under ``swiglu_hq`` (the
+    default), so ``hotcompile report`` / ``hotcompile.plans()`` show the fusion; down, whose
+    g_y no SwiGLU makes, and the unfused plan say nothing of it."""
+    from hotcompile.passes.rewrite import rewrite
+
+    def plan_notes(swiglu_hq: bool) -> dict[str, str]:
+        graphs = []
+
+        def capture(gm, inputs):
+            graphs.append((gm, inputs))
+            return gm
+
+        torch._dynamo.reset()
+        torch.compile(SwiGLU(), backend=capture)(torch.randn(2, 8, 32))
+        ((gm, inputs),) = graphs
+        config = hotcompile.HotConfig(
+            recipe="text", prefer="paper", lowering="native", swiglu_hq=swiglu_hq
+        )
+        return {p.name: p.describe()["note"] for p in rewrite(gm, config, inputs)}
+
+    fused, plain = plan_notes(True), plan_notes(False)
+    assert set(fused) == {"gate", "up", "down"}, fused
+    for name in ("gate", "up"):
+        assert "g_y's HQ codes from the SwiGLU backward (gate * up)" in fused[name], fused
+        assert "SwiGLU" not in plain[name], plain
+    assert "SwiGLU" not in fused["down"], fused
+    from hotcompile.report import report
+
+    opts = {"recipe": "text", "prefer": "paper", "lowering": "native"}
+    rows = {r["name"]: r for r in report(SwiGLU(), [(2, 8, 32)], opts).to_json()["layers"]}
+    assert rows["gate"]["gy_from"] == rows["up"]["gy_from"] == "SwiGLU backward (gate * up)"
+    assert rows["down"]["gy_from"] is None
+
+
 def test_swiglu_hq_fuses_only_a_gated_product_of_two_hq_layers() -> None:
     """The rewrite fuses ``silu(gate(x)) * up(x)`` (either operand order) where both are HOT
     linear calls on one x with native per-token HQ; a product whose silu has another reader,
@@ -751,7 +786,7 @@ def test_swiglu_hq_fuses_only_a_gated_product_of_two_hq_layers() -> None:
     with torch.no_grad():
         before = gm(*inputs)
     fused = _fuse_swiglu(gm)
-    assert fused == ["g * u"], fused
+    assert fused == [("g", "u")], fused
     names = [getattr(n.target, "__name__", "") for n in gm.graph.nodes]
     assert names.count("hot_swiglu") == 1 and names.count("silu") == 2, names
     gm.recompile()
