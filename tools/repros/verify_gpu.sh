@@ -32,6 +32,10 @@
 # llama: the Llama step, 5 variants + hot_swiglu_unfused (the default before), 10 steps.
 # cpp: inductor's C++ wrapper (kernels launched without Python) on the host-bound models:
 #       ResNet-50 and GPT-2, inductor / inductor_cpp / hot / hot_cpp, fresh processes.
+#       (run 28 at 7786455: inductor_cpp failed on both, CudaKernelParamCache not populated)
+# cpp_probe: (not yet run) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
+#       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
+#       saves on a host-bound step, plain and hot.
 #
 # .whl: torchao + nvidia-cutlass wheels (pip download torchao==0.17.0 nvidia-cutlass==4.2.0.0
 # --no-deps --python-version 3.12 --only-binary=:all: -d .whl); .old: the tree to compare with,
@@ -127,6 +131,9 @@ elif [ "$part" = cpp ]; then
   timeout $(( 540-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models gpt2 --isolate \
     --variants inductor,inductor_cpp,hot,hot_cpp --steps 10 --out $OUT/bench_gpt2 > $OUT/bench_gpt2.log 2>&1
   echo "gpt2 rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| (inductor|hot)" $OUT/bench_gpt2/bench_train.md
+elif [ "$part" = cpp_probe ]; then
+  timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
+  echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
 elif [ "$part" = tests ]; then
   timeout 150 python3 tools/repros/qkv_share_gate.py > $OUT/qkv_share_gate.txt 2>&1
   echo "qkv gate rc=$? $(( $(date +%s)-T0 ))s"; grep -E "self_attn|mlp" $OUT/qkv_share_gate.txt
