@@ -65,6 +65,7 @@ class LayerSpec:
     rounding: str = "pseudo_stochastic"
     abc: bool = True
     abc_max_abs: str = "producer"
+    weight_codes_late: bool = False
     hla_signs: bool = False
     hla_2d: str = "none"
     exact: bool = False
@@ -423,11 +424,15 @@ class HotLinearFunction(torch.autograd.Function):
         need_gw = ctx.needs_input_grad[1]
         ctx.w_dtype = weight.dtype
         # native HQ: the weight's codes (quantized here, from the forward's copy) are saved,
-        # and W itself only where the backward still reads it (HLA's signs without ABC)
+        # and W itself only where the backward still reads it (HLA's signs without ABC); with
+        # spec.weight_codes_late the backward makes the codes from W (a parameter: saving it
+        # holds no memory of its own), cast as the forward's GEMM read it
         ctx.w_codes = spec.lowering == "native" and spec.gx_quantized and ctx.needs_input_grad[0]
+        ctx.w_late = ctx.w_codes and spec.weight_codes_late
+        ctx.w_cast = _autocast_dtype(weight) if ctx.w_late else None
         ctx.keep_w = not ctx.w_codes or (need_gw and not spec.abc and not spec.gw_exact)
-        saved = _native_weight_codes(spec, weight) if ctx.w_codes else []
-        saved += [weight] if ctx.keep_w else []
+        saved = _native_weight_codes(spec, weight) if ctx.w_codes and not ctx.w_late else []
+        saved += [weight] if ctx.keep_w or ctx.w_late else []
         if need_gw:
             if spec.gw_exact or not spec.abc:
                 saved.append(x)
@@ -445,8 +450,11 @@ class HotLinearFunction(torch.autograd.Function):
     def backward(ctx, gy):
         spec: LayerSpec = ctx.spec
         saved = list(ctx.saved_tensors)
-        w_codes = (saved.pop(0), saved.pop(0)) if ctx.w_codes else None
-        weight = saved.pop(0) if ctx.keep_w else None
+        w_codes = (saved.pop(0), saved.pop(0)) if ctx.w_codes and not ctx.w_late else None
+        weight = saved.pop(0) if ctx.keep_w or ctx.w_late else None
+        if ctx.w_late and ctx.needs_input_grad[0]:
+            w = weight.to(ctx.w_cast) if ctx.w_cast not in (None, weight.dtype) else weight
+            w_codes = native.weight_codes(w, spec.gx_bits, spec.gx_rounding, spec.weight_scale)
         O = gy.shape[-1]
         gy2 = gy.reshape(-1, O)
         gx = gw = gb = gy_amax = None

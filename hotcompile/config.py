@@ -29,6 +29,8 @@ CONV_ABC_MODES = ("im2col",)
 ABC_RECOMPUTE = ("views", "unary", "off")
 #: where ABC of x's plain rows (native path, CUDA) takes x's max-abs from
 ABC_MAX_ABS = ("kernel", "producer")
+#: when the native g_x path quantizes the weight (``HotConfig.weight_codes``)
+WEIGHT_CODES = ("auto", "forward", "backward")
 COMPILERS = ("inductor", "aot_eager", "eager")
 NONFINITE_CHECKS = ("once", "off")
 #: kernel families on CUDA (hotcompile.kernels.dispatch): "auto" measures per shape
@@ -182,6 +184,16 @@ class HotConfig:
             default since the Llama's step on the H100 took 68.9 ms with it against 70.3
             without (fresh processes, ``tools/results/bench_train_runs/run26_*``); ``False``
             keeps the SwiGLU backward inductor's and HQ's pass over each g_y its own.
+        weight_codes: when the native g_x path makes HQ's codes of the weight. ``"forward"``:
+            in the forward, from the autocast copy the forward's GEMM reads anyway, and saved
+            for the backward (one byte per weight of every HOT layer held from the forward to
+            the backward: the benchmark's Llama, 0.53 GiB). ``"backward"``: in the backward,
+            from the parameter (cast to the forward's autocast dtype first: the same codes bit
+            for bit), nothing saved — the memory-first choice, at the price of casting the
+            weight again (about 6 bytes a weight more traffic: ~1 ms a step for that Llama on
+            an H100, arithmetic, not measured). ``"auto"`` (default): ``"backward"`` with
+            ``prefer="memory"``, ``"forward"`` otherwise. The speed gate times the forward's
+            placement.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.
@@ -275,6 +287,7 @@ class HotConfig:
     abc_recompute: str = "unary"
     abc_max_abs: str = "producer"
     swiglu_hq: bool = True
+    weight_codes: str = "auto"
     hla_2d: str = "none"
     exact: bool = False
     include: tuple[str, ...] = ()
@@ -354,6 +367,7 @@ class HotConfig:
         choice("conv_abc", CONV_ABC_MODES)
         choice("abc_recompute", ABC_RECOMPUTE)
         choice("abc_max_abs", ABC_MAX_ABS)
+        choice("weight_codes", WEIGHT_CODES)
         choice("compiler", COMPILERS)
         choice("check_nonfinite", NONFINITE_CHECKS)
         choice("kernels", KERNEL_IMPLS)
@@ -418,6 +432,14 @@ class HotConfig:
             return self
         changes = _recipe_changes(self, "text")
         return dataclasses.replace(self, **changes) if changes else self
+
+    @property
+    def weight_codes_late(self) -> bool:
+        """Whether the native g_x path quantizes the weight in the backward (``weight_codes``
+        resolved: ``"auto"`` is ``"backward"`` under ``prefer="memory"``)."""
+        if self.weight_codes == "auto":
+            return self.prefer == "memory"
+        return self.weight_codes == "backward"
 
     @property
     def rank(self) -> int:

@@ -412,6 +412,7 @@ def _spec(
         rounding=config.rounding,
         abc=config.abc,
         abc_max_abs=config.abc_max_abs,
+        weight_codes_late=config.weight_codes_late,
         hla_signs=signs,
         hla_2d=config.hla_2d,
         exact=config.exact,

@@ -799,3 +799,60 @@ def test_swiglu_hq_fuses_only_a_gated_product_of_two_hq_layers() -> None:
     ((gm, inputs),) = graphs
     rewrite(gm, dataclasses.replace(config, exclude=("u",)), inputs)
     assert _fuse_swiglu(gm) == []
+
+
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_weight_codes_in_the_backward_same_gradients(compiler: str) -> None:
+    """``weight_codes="backward"``: the native g_x path quantizes the weight in the backward,
+    from the parameter cast as the forward's GEMM read it: the same codes, so the same
+    gradients bit for bit (float32 and bf16 autocast) as the forward's codes give."""
+
+    def grads(codes: str, autocast: bool) -> dict[str, torch.Tensor]:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        net = SwiGLU(32, 64)
+        x = torch.randn(2, 40, 32, requires_grad=True)
+        opts = {"recipe": "text", "prefer": "paper", "lowering": "native",
+                "weight_codes": codes, "compiler": compiler}  # fmt: skip
+        with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+            out = torch.compile(net, backend="hot", options=opts)(x)
+        out.float().square().sum().backward()
+        return {"x": x.grad, **{n: p.grad for n, p in net.named_parameters()}}
+
+    for autocast in (False, True):
+        early, late = grads("forward", autocast), grads("backward", autocast)
+        for k in early:
+            assert torch.equal(early[k], late[k]), (k, autocast)
+
+
+def test_weight_codes_in_the_backward_saves_no_codes() -> None:
+    """With ``weight_codes_late`` the autograd Function saves the weight (a parameter, alive
+    anyway) instead of its codes: one byte per weight of every HOT layer less between the
+    forward and the backward. (On the CPU the min-cut partitioner moves ATen weight codes
+    into the backward by itself; a ``triton_op`` on CUDA it does not — ``test_lowering_gpu``
+    checks the compiled step.) ``weight_codes="auto"`` is ``"backward"`` under
+    ``prefer="memory"``."""
+    from hotcompile.autograd import LayerSpec, hot_linear
+    from hotcompile.memory import saved_tensors
+
+    spec = LayerSpec("l", gx_bits=8, gx_format="fp8", gx_scaling="per_token", hla_rows=(),
+                     gw_format="fp8", lowering="native", rounding="nearest")  # fmt: skip
+    for autocast in (False, True):
+        saved, grads = {}, {}
+        for late in (False, True):
+            torch.manual_seed(0)
+            w = torch.randn(64, 32, requires_grad=True)
+            x = torch.randn(2, 40, 32, requires_grad=True)
+            with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+                out = hot_linear(x, w, None, dataclasses.replace(spec, weight_codes_late=late))
+            saved[late] = [(s.shape, s.dtype) for s in saved_tensors(out)]
+            out.float().square().sum().backward()
+            grads[late] = (x.grad, w.grad)
+        assert ((32, 64), torch.float8_e4m3fn) in saved[False], saved  # W's codes, K-major
+        assert ((64, 32), torch.float32) not in saved[False], saved
+        assert ((64, 32), torch.float32) in saved[True], saved  # W itself
+        assert not any(d == torch.float8_e4m3fn and sh[0] == 32 for sh, d in saved[True]), saved
+        assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True], strict=True))
+    assert hotcompile.HotConfig(prefer="memory").weight_codes_late
+    assert not hotcompile.HotConfig().weight_codes_late
+    assert not hotcompile.HotConfig(prefer="memory", weight_codes="forward").weight_codes_late

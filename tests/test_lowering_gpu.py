@@ -279,6 +279,35 @@ def test_native_forward_saves_the_weights_codes_not_the_weight() -> None:
     assert {s[0] for s in saved if s[1] in eight_bit} & both, saved
 
 
+def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> None:
+    """``weight_codes="backward"`` (``"auto"`` under ``prefer="memory"``): the forward saves
+    no weight codes and no bf16 copy of a weight (the backward reads the fp32 parameter, alive
+    anyway, and quantizes it there); the gradients are the forward codes' bit for bit.
+    Written 2026-11-27 (nineteenth session) after the device time was spent: not yet run."""
+    from test_lowering import MLP, saved_by_forward
+
+    opts = {"lowering": "native", "prefer": "paper", "weight_codes": "backward"}
+    saved = saved_by_forward(opts, True, "cuda")
+    weights = {(64, 32), (48, 64)}  # fc1, fc2 as [O, I]
+    both = weights | {(i, o) for o, i in weights}
+    assert not [s for s in saved if s[0] in both and s[1] != torch.float32], saved
+
+    def grads(codes: str) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = MLP().cuda()
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="hot", options={**opts, "weight_codes": codes})
+        x = torch.randn(4, 32, 32, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", torch.bfloat16):
+            out = compiled(x)
+        out.float().square().sum().backward()
+        return {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
+
+    early, late = grads("forward"), grads("backward")
+    for k in early:
+        assert torch.equal(early[k], late[k]), k
+
+
 def _swiglu_step_code(options: dict) -> list[str]:
     """The modules inductor generates for one bf16-autocast training step of a SwiGLU (gate
     and up read one x) compiled with ``backend="hot"`` and ``options``: forward first."""

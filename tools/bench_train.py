@@ -158,6 +158,10 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_swiglu_hq_cg": {"swiglu_hq": True, "mode": "reduce-overhead"},
     "hot_swiglu_unfused": {"swiglu_hq": False},
     "hot_swiglu_unfused_cg": {"swiglu_hq": False, "mode": "reduce-overhead"},
+    # memory first: HOT and ABC on every eligible layer; weight codes made in the backward
+    "hot_memory": {"prefer": "memory"},
+    "hot_memory_fwd_codes": {"prefer": "memory", "weight_codes": "forward"},
+    "hot_late_codes": {"weight_codes": "backward"},
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
     "inductor_cpp": None,
     "hot_cpp": {"inductor_config": {"cpp_wrapper": True}},
@@ -246,6 +250,12 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_swiglu_unfused": "as hot, with swiglu_hq=False (the default until run 26): the SwiGLU "
     "backward is inductor's and gate's and up's HQ each read their g_y in a pass of their own",
     "hot_swiglu_unfused_cg": "as hot_cg, with swiglu_hq=False; judged against inductor_cg",
+    "hot_memory": 'as hot, with prefer="memory": HOT and ABC on every eligible layer, whatever '
+    "the speed gate would say, and the weight's codes made in the backward (weight_codes "
+    '"auto")',
+    "hot_memory_fwd_codes": 'as hot_memory, with weight_codes="forward" (the codes saved)',
+    "hot_late_codes": 'as hot, with weight_codes="backward" (the gate\'s layers; nothing saved '
+    "of their weights)",
     "inductor_cpp": '`torch.compile(model, options={"cpp_wrapper": True})`: inductor\'s '
     "wrapper code in C++ (kernels launched without Python; a longer compile)",
     "hot_cpp": 'as hot, with options={"inductor_config": {"cpp_wrapper": True}}; judged '

@@ -33,6 +33,8 @@
 # cpp: inductor's C++ wrapper (kernels launched without Python) on the host-bound models:
 #       ResNet-50 and GPT-2, inductor / inductor_cpp / hot / hot_cpp, fresh processes.
 #       (run 28 at 7786455: inductor_cpp failed on both, CudaKernelParamCache not populated)
+# memory: (not yet run) weight_codes="backward": its GPU test, then the Llama step, inductor /
+#       hot / hot_late_codes / hot_memory / hot_memory_fwd_codes (peak and step time).
 # cpp_probe: (not yet run) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -131,6 +133,13 @@ elif [ "$part" = cpp ]; then
   timeout $(( 540-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models gpt2 --isolate \
     --variants inductor,inductor_cpp,hot,hot_cpp --steps 10 --out $OUT/bench_gpt2 > $OUT/bench_gpt2.log 2>&1
   echo "gpt2 rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| (inductor|hot)" $OUT/bench_gpt2/bench_train.md
+elif [ "$part" = memory ]; then
+  timeout 150 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
+    -k "weight_codes or saves_the_weights_codes" > $OUT/test_lowering_gpu_codes.log 2>&1
+  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_codes.log
+  timeout 400 python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
+    --variants inductor,hot,hot_late_codes,hot_memory,hot_memory_fwd_codes --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
