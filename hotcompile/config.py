@@ -187,9 +187,12 @@ class HotConfig:
         weight_codes: when the native g_x path makes HQ's codes of the weight. ``"forward"``:
             in the forward, from the autocast copy the forward's GEMM reads anyway, and saved
             for the backward (one byte per weight of every HOT layer held from the forward to
-            the backward: the benchmark's Llama, 0.53 GiB). ``"backward"``: in the backward,
-            from the parameter (cast to the forward's autocast dtype first: the same codes bit
-            for bit), nothing saved — the memory-first choice, at the price of casting the
+            the backward: the benchmark's Llama, 0.53 GiB by arithmetic). ``"backward"``: in the
+            backward, from the parameter (cast to the forward's autocast dtype first: the same
+            codes bit for bit); the weight operand of a rewritten call is always a parameter or
+            a view of one, so saving it holds no memory of its own (under FSDP2, the unsharded
+            parameter whose storage FSDP2 frees and refills) — the memory-first choice, at the
+            price of casting the
             weight again (about 6 bytes a weight more traffic: ~1 ms a step for that Llama on
             an H100, arithmetic, not measured). ``"auto"`` (default): ``"backward"`` with
             ``prefer="memory"``, ``"forward"`` otherwise. The speed gate times the forward's
