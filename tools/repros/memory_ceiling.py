@@ -12,10 +12,10 @@ is a cut of it, and this script says how large:
   weight copies, transients);
 - the cut a variant needs: its peak minus 0.8 × inductor's, against its own ``rest``.
 
-Inputs: ``tools/results/bench_train_runs/run19_5139a88_llama.json`` (Llama-style, H100) and
-``tools/results/bench_train.json`` (ViT-B/16's inductor and torchao, same machine, an earlier
-commit), ``bench_train_runs/run11_229d964_vit_b16.json`` (ViT-B's hot after the gate's memory
-fix); ViT-B's ``prefer="memory"`` figure is the ops path's (``README``, 2026-11-22).
+Inputs: ``tools/results/bench_train_runs/run27_aeb37b7_llama.json`` (Llama-style, H100, the
+nineteenth session's defaults) and ``bench_train_runs/run21_9f2b3b1_vit_b16.json`` (ViT-B/16,
+same machine; no ViT-B layer takes HOT there); ViT-B's ``prefer="memory"`` figure is the ops
+path's (``README``, 2026-11-22).
 
     python tools/repros/memory_ceiling.py --out tools/results/memory_ceiling.md
 """
@@ -34,9 +34,12 @@ FIXED_BYTES = 12
 TARGET = 0.8
 #: (model, run, variants taken from it): ViT-B's hot from run 11, after the gate's memory fix
 SOURCES = (
-    ("llama", "bench_train_runs/run19_5139a88_llama.json", ("inductor", "hot", "torchao_float8")),
-    ("vit_b16", "bench_train.json", ("inductor", "torchao_float8")),
-    ("vit_b16", "bench_train_runs/run11_229d964_vit_b16.json", ("hot",)),
+    ("llama", "bench_train_runs/run27_aeb37b7_llama.json", ("inductor", "hot", "torchao_float8")),
+    (
+        "vit_b16",
+        "bench_train_runs/run21_9f2b3b1_vit_b16.json",
+        ("inductor", "torchao_float8", "hot"),
+    ),
 )
 
 
