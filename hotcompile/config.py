@@ -240,7 +240,8 @@ class HotConfig:
             warm-up or stochastic rounding) are not gated: those settings ask for HOT's
             numerics. On a CPU every eligible layer gets HOT (the CPU
             path is the reference, for accuracy work). ``"memory"``: every eligible layer
-            (ABC's memory saving first, whatever the speed). ``"paper"``: every eligible
+            (ABC's memory saving first, whatever the speed), and the weight's codes made in
+            the backward (``weight_codes="auto"``). ``"paper"``: every eligible
             layer, as the paper does.
         kernels: which implementation runs the quantize kernels and low-precision GEMMs on
             CUDA: ``"auto"`` (default: the fastest measured per shape, cached on disk), or one
