@@ -276,12 +276,14 @@ def _input_grad(
     return ops.hq_grad_input(gy2, w2, *spec.hq_args), None
 
 
-def _native_weight_codes(spec: LayerSpec, weight: torch.Tensor) -> list[torch.Tensor]:
-    """The forward's half of HQ on the native path: the weight's codes and scale
+def _native_weight_codes(
+    spec: LayerSpec, weight: torch.Tensor, dtype: torch.dtype | None
+) -> list[torch.Tensor]:
+    """The weight's half of HQ on the native path: the weight's codes and scale
     (:func:`hotcompile.lowering.hot.weight_codes`) from the weight as the forward's GEMM reads
-    it — the autocast copy inside an autocast region, which the forward casts anyway — saved
-    for the backward in place of the weight."""
-    dtype = _autocast_dtype(weight)
+    it, cast to ``dtype`` (the autocast dtype inside an autocast region, which the forward
+    casts anyway; None: as it is) — in the forward, saved in place of the weight, or with
+    ``spec.weight_codes_late`` in the backward, from the saved parameter."""
     w = weight.to(dtype) if dtype is not None and weight.dtype != dtype else weight
     return list(native.weight_codes(w, spec.gx_bits, spec.gx_rounding, spec.weight_scale))
 
@@ -429,9 +431,10 @@ class HotLinearFunction(torch.autograd.Function):
         # holds no memory of its own), cast as the forward's GEMM read it
         ctx.w_codes = spec.lowering == "native" and spec.gx_quantized and ctx.needs_input_grad[0]
         ctx.w_late = ctx.w_codes and spec.weight_codes_late
-        ctx.w_cast = _autocast_dtype(weight) if ctx.w_late else None
+        ctx.w_cast = _autocast_dtype(weight) if ctx.w_codes else None
         ctx.keep_w = not ctx.w_codes or (need_gw and not spec.abc and not spec.gw_exact)
-        saved = _native_weight_codes(spec, weight) if ctx.w_codes and not ctx.w_late else []
+        early = ctx.w_codes and not ctx.w_late
+        saved = _native_weight_codes(spec, weight, ctx.w_cast) if early else []
         saved += [weight] if ctx.keep_w or ctx.w_late else []
         if need_gw:
             if spec.gw_exact or not spec.abc:
@@ -452,9 +455,8 @@ class HotLinearFunction(torch.autograd.Function):
         saved = list(ctx.saved_tensors)
         w_codes = (saved.pop(0), saved.pop(0)) if ctx.w_codes and not ctx.w_late else None
         weight = saved.pop(0) if ctx.keep_w or ctx.w_late else None
-        if ctx.w_late and ctx.needs_input_grad[0]:
-            w = weight.to(ctx.w_cast) if ctx.w_cast not in (None, weight.dtype) else weight
-            w_codes = native.weight_codes(w, spec.gx_bits, spec.gx_rounding, spec.weight_scale)
+        if ctx.w_late:  # (w_codes: the input needs its gradient)
+            w_codes = _native_weight_codes(spec, weight, ctx.w_cast)
         O = gy.shape[-1]
         gy2 = gy.reshape(-1, O)
         gx = gw = gb = gy_amax = None

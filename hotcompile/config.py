@@ -192,11 +192,10 @@ class HotConfig:
             codes bit for bit); the weight operand of a rewritten call is always a parameter or
             a view of one, so saving it holds no memory of its own (under FSDP2, the unsharded
             parameter whose storage FSDP2 frees and refills) — the memory-first choice, at the
-            price of casting the
-            weight again (about 6 bytes a weight more traffic: ~1 ms a step for that Llama on
-            an H100, arithmetic, not measured). ``"auto"`` (default): ``"backward"`` with
-            ``prefer="memory"``, ``"forward"`` otherwise. The speed gate times the forward's
-            placement.
+            price of casting the weight again (about 6 bytes a weight more traffic: ~1 ms a
+            step for that Llama on an H100, arithmetic, not measured). ``"auto"`` (default):
+            ``"backward"`` with ``prefer="memory"``, ``"forward"`` otherwise. The speed gate
+            times the forward's placement.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.

@@ -632,14 +632,12 @@ def rewrite(
             plan.path,
         )
     if config.swiglu_hq:
-        by_name = {p.name: i for i, p in enumerate(plans)}
+        by_name = {p.name: i for i, p in enumerate(plans)}  # unique: _name numbers repeats
         for m in touched:
             for gate, up in _fuse_swiglu(m):
-                for name in (gate, up):
-                    if name in by_name:  # a layer called twice: the plan of its first call
-                        i = by_name[name]
-                        what = f"SwiGLU backward ({gate} * {up})"
-                        plans[i] = dataclasses.replace(plans[i], gy_from=what)
+                what = f"SwiGLU backward ({gate} * {up})"
+                for i in (by_name[gate], by_name[up]):
+                    plans[i] = dataclasses.replace(plans[i], gy_from=what)
     for m in touched:
         m.recompile()
     return plans

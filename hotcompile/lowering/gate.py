@@ -260,9 +260,6 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
     # the g_w codes of g_y's plain rows
     share = bool(s.need_gx and s.gx_bits and s.need_gw and s.gw_bits)
     share = share and hot.plain_rows(s.grid_w, s.rows, s.signs)
-    # abc_max_abs="producer": ABC of x's plain rows takes x's max-abs from the kernel that
-    # produces x (a row reduction fused into it, hot.amax_bits), not from a pass of its own:
-    # computed once, outside the timing
     compress = _abc_fn(s, x)
 
     def run():
