@@ -16,8 +16,10 @@ The rewrite pass replaces every eligible ``F.linear`` / ``F.conv2d`` of the Dyna
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -288,6 +290,37 @@ def _native_weight_codes(
     return list(native.weight_codes(w, spec.gx_bits, spec.gx_rounding, spec.weight_scale))
 
 
+@contextlib.contextmanager
+def _recomputed() -> Iterator[None]:
+    """Tag the graph nodes traced inside as ``MUST_RECOMPUTE`` for the min-cut partitioner.
+
+    AOTAutograd partitions the joint graph by data dependence, not by where a node was traced:
+    a computation in the backward that reads only forward values (the weight's codes, made
+    from the parameter) is placed in the forward and its result saved. The weight codes made
+    late would then be saved anyway (a ``triton_op`` is never recomputed by choice: the GPU's
+    Llama kept all 0.5 GiB of them, 2026-11-27). The tag — the one activation checkpointing
+    uses, copied onto each new node from ``torch.fx.traceback``'s current meta while AOT
+    traces — makes the partitioner run them in the backward. Outside a trace (eager, or no
+    preserved node meta) it does nothing."""
+    from torch.fx import traceback as fx_traceback
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if not fx_traceback.has_preserved_node_meta():
+        yield
+        return
+    meta = fx_traceback.current_meta
+    missing = object()
+    before = meta.get("recompute", missing)
+    meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    try:
+        yield
+    finally:
+        if before is missing:
+            meta.pop("recompute", None)
+        else:
+            meta["recompute"] = before
+
+
 def _autocast_dtype(t: torch.Tensor) -> torch.dtype | None:
     """The dtype autocast runs this device's GEMMs in, when it is on."""
     dev = t.device.type
@@ -456,7 +489,8 @@ class HotLinearFunction(torch.autograd.Function):
         w_codes = (saved.pop(0), saved.pop(0)) if ctx.w_codes and not ctx.w_late else None
         weight = saved.pop(0) if ctx.keep_w or ctx.w_late else None
         if ctx.w_late:  # (w_codes: the input needs its gradient)
-            w_codes = _native_weight_codes(spec, weight, ctx.w_cast)
+            with _recomputed():
+                w_codes = _native_weight_codes(spec, weight, ctx.w_cast)
         O = gy.shape[-1]
         gy2 = gy.reshape(-1, O)
         gx = gw = gb = gy_amax = None

@@ -825,6 +825,46 @@ def test_weight_codes_in_the_backward_same_gradients(compiler: str) -> None:
             assert torch.equal(early[k], late[k]), (k, autocast)
 
 
+def test_weight_codes_in_the_backward_are_recomputed_by_the_partitioner() -> None:
+    """The min-cut partitioner places by data dependence: codes the backward makes from the
+    parameter alone would be computed in the forward and saved (on CUDA, where they are a
+    ``triton_op`` it never recomputes by choice, the Llama saved all of them). The late codes'
+    nodes carry ``MUST_RECOMPUTE`` in the joint graph, the forward's codes do not."""
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from hotcompile.backend import aot_decomp_partition
+    from hotcompile.passes import rewrite
+
+    def tagged(codes: str) -> list[str]:
+        names: list[str] = []
+
+        def partition(joint, *args, **kwargs):
+            must = CheckpointPolicy.MUST_RECOMPUTE
+            names.extend(str(n.target) for n in joint.graph.nodes if n.meta.get("recompute") is must)
+            return min_cut_rematerialization_partition(joint, *args, **kwargs)
+
+        backend = hotcompile.HotBackend(
+            compiler="aot_eager", lowering="native", prefer="paper", weight_codes=codes
+        )
+
+        def compiler(gm, inputs):
+            rewrite(gm, backend.config, inputs)
+            return aot_decomp_partition(gm, inputs, partition_fn=partition)
+
+        torch._dynamo.reset()
+        x = torch.randn(2, 40, 32, requires_grad=True)
+        with torch.autocast("cpu", torch.bfloat16):
+            torch.compile(MLP(), backend=compiler)(x).float().sum().backward()
+        return names
+
+    assert tagged("forward") == []
+    late = tagged("backward")
+    # both layers' weights: the cast to the forward's dtype, the Hadamard, the quantizer
+    assert late.count("prims.convert_element_type.default") >= 4, late
+    assert sum("round" in t for t in late) == 2, late
+
+
 def test_weight_codes_in_the_backward_saves_no_codes() -> None:
     """With ``weight_codes_late`` the autograd Function saves the weight (a parameter, alive
     anyway) instead of its codes: one byte per weight of every HOT layer less between the
