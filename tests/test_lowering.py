@@ -841,7 +841,8 @@ def test_weight_codes_in_the_backward_are_recomputed_by_the_partitioner() -> Non
 
         def partition(joint, *args, **kwargs):
             must = CheckpointPolicy.MUST_RECOMPUTE
-            names.extend(str(n.target) for n in joint.graph.nodes if n.meta.get("recompute") is must)
+            nodes = joint.graph.nodes
+            names.extend(str(n.target) for n in nodes if n.meta.get("recompute") is must)
             return min_cut_rematerialization_partition(joint, *args, **kwargs)
 
         backend = hotcompile.HotBackend(
