@@ -117,6 +117,10 @@ def test_quick_json_schema_and_numbers(quick_run: tuple[dict[str, Any], str]) ->
             for key in ("step_ms", "first_step_s", "saved_act_bytes", "loss_first", "loss_last"):
                 assert _positive_finite(v[key]), (m["name"], name, key, v[key])
             assert v["compile_s"] >= 0 and v["step_ms_min"] <= v["step_ms"] <= v["step_ms_max"]
+            groups = v["saved_groups"]  # what the saved bytes are made of, largest first
+            assert groups and sum(g["bytes"] for g in groups) <= v["saved_act_bytes"]
+            sizes = [g["bytes"] for g in groups]
+            assert sizes == sorted(sizes, reverse=True)
             assert v["peak_bytes"] is None  # CPU: no allocator statistics
             assert v["gpu_busy"] is None  # CPU: no kernels to see
         hot, base = m["variants"]["hot"], m["variants"]["inductor"]

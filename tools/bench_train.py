@@ -397,24 +397,36 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
     return _NoBar()
 
 
-def _saved_bytes(loss: torch.Tensor, module: nn.Module) -> tuple[int, int]:
-    """(saved bytes, of which param-shaped) behind ``loss``, the parameters themselves excluded.
+def _saved_bytes(loss: torch.Tensor, module: nn.Module) -> tuple[int, int, list[dict[str, Any]]]:
+    """(saved bytes, of which param-shaped, the largest groups) behind ``loss``, the
+    parameters themselves excluded.
 
     Param-shaped tensors are the bf16 weight casts autocast makes and the graph keeps for
     g_x; they are counted (they are saved) but reported apart (they are not activations).
+    The groups — tensors of one shape and dtype, largest total first, 16 at most — say what
+    a peak is made of (a SwiGLU's gate and up outputs, attention's tensors, ABC's codes).
     """
     params = list(module.parameters())
     exclude = {p.untyped_storage().data_ptr() for p in params}
     # matrices only: a (1, tokens, dim) position table would match batch-1 activations
     shapes = {tuple(p.shape) for p in params if p.dim() >= 2 and p.shape[0] > 1}
     total = param_shaped = 0
+    groups: dict[tuple[tuple[int, ...], str], list[int]] = {}
     for s in saved_tensors(loss):
         if s.storage in exclude:
             continue
         total += s.nbytes
         if s.shape in shapes:
             param_shaped += s.nbytes
-    return total, param_shaped
+        g = groups.setdefault((tuple(s.shape), str(s.dtype).removeprefix("torch.")), [0, 0])
+        g[0] += 1
+        g[1] += s.nbytes
+    top = sorted(groups.items(), key=lambda kv: -kv[1][1])[:16]
+    listed = [
+        {"shape": list(shape), "dtype": dtype, "count": n, "bytes": b}
+        for (shape, dtype), (n, b) in top
+    ]
+    return total, param_shaped, listed
 
 
 #: kernels of HOT's own backward ops, by name (CUDA, CUTLASS, Triton kernels and the cuBLAS
@@ -653,12 +665,13 @@ def run_variant(
         _sync(device)
         before = torch.cuda.memory_allocated(device) if cuda else None
         saved = param_shaped = after = None
+        saved_groups: list[dict[str, Any]] = []
         try:
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 loss = compiled(x, y)
             _sync(device)
             after = torch.cuda.memory_allocated(device) if cuda else None
-            saved, param_shaped = _saved_bytes(loss, module)
+            saved, param_shaped, saved_groups = _saved_bytes(loss, module)
             loss.backward()
             opt.step()
         except Exception as e:  # noqa: BLE001
@@ -685,6 +698,7 @@ def run_variant(
         "saved_act_bytes": saved,
         "saved_act_gib": saved / GIB if saved is not None else None,
         "saved_param_shaped_bytes": param_shaped,
+        "saved_groups": saved_groups,
         "fwd_alloc_delta_bytes": (after - before) if cuda and after is not None else None,
         "loss_first": losses[0],
         "loss_last": losses[-1],
