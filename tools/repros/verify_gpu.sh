@@ -35,6 +35,9 @@
 #       (run 28 at 7786455: inductor_cpp failed on both, CudaKernelParamCache not populated)
 # memory: (not yet run) weight_codes="backward": its GPU test, then the Llama step, inductor /
 #       hot / hot_late_codes / hot_memory / hot_memory_fwd_codes (peak and step time).
+# memory2: (twentieth session) weight_codes="backward" tagged MUST_RECOMPUTE: its GPU test, then
+#       the Llama step, inductor / hot / hot_memory / torchao_float8 with saved_groups (what
+#       each variant's saved bytes are made of).
 # cpp_probe: (not yet run) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -140,6 +143,19 @@ elif [ "$part" = memory ]; then
   timeout 400 python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
     --variants inductor,hot,hot_late_codes,hot_memory,hot_memory_fwd_codes --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+elif [ "$part" = memory2 ]; then
+  timeout 150 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
+    -k "weight_codes or saves_the_weights_codes" > $OUT/test_lowering_gpu_codes.log 2>&1
+  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_codes.log
+  timeout 400 python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
+    --variants inductor,hot,hot_memory,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+  OUT=$OUT python3 - <<'PY'
+import json, os
+d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
+for name, v in d["models"][0]["variants"].items():
+    print(name, [(g["shape"], g["dtype"], g["count"], round(g["bytes"] / 2**20)) for g in v.get("saved_groups", [])[:10]])
+PY
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
