@@ -38,6 +38,8 @@
 # memory2: (twentieth session) weight_codes="backward" tagged MUST_RECOMPUTE: its GPU test, then
 #       the Llama step, inductor / hot / hot_memory / torchao_float8 with saved_groups (what
 #       each variant's saved bytes are made of).
+# diag: tools/repros/late_codes_partition.py (the late codes' joint graph and what min-cut
+#       saved, CUDA), then cpp_probe's run.
 # cpp_probe: (not yet run) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -156,6 +158,11 @@ d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
 for name, v in d["models"][0]["variants"].items():
     print(name, [(g["shape"], g["dtype"], g["count"], round(g["bytes"] / 2**20)) for g in v.get("saved_groups", [])[:10]])
 PY
+elif [ "$part" = diag ]; then
+  timeout 90 python3 tools/repros/late_codes_partition.py > $OUT/late_codes_partition.txt 2>&1
+  echo "diag rc=$? $(( $(date +%s)-T0 ))s"; grep -A12 "^SAVED" $OUT/late_codes_partition.txt
+  timeout $(( 560-$(date +%s)+T0 )) python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
+  echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
