@@ -35,7 +35,7 @@ from hotcompile.passes import (
     pin_kernel_layouts,
     realize_kernel_inputs,
     rewrite,
-    tag_abc_recompute,
+    tag_recompute,
 )
 
 log = logging.getLogger("hotcompile")
@@ -93,22 +93,23 @@ class HotCachePass(_CustomGraphPass):  # type: ignore[misc]
 
 class HotJointPass(HotCachePass):
     """The joint-graph pass (before partitioning): ABC's compression is recomputed in the
-    backward where the backward reads x anyway (``hotcompile.passes.abc_recompute``), then the
+    backward where the backward reads x anyway, and the weight's late codes start from a cast
+    recomputed in the backward (``hotcompile.passes.abc_recompute.tag_recompute``), then the
     user's own joint pass, if any, runs."""
 
     pin_layouts = False
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        tag_abc_recompute(graph, self.config.abc_recompute)
+        tag_recompute(graph, self.config.abc_recompute)
         super().__call__(graph)
 
 
 def _tagging(partition_fn: Callable, abc_recompute: str) -> Callable:
-    """``partition_fn`` after :func:`tag_abc_recompute` on the joint graph (what inductor's
+    """``partition_fn`` after :func:`tag_recompute` on the joint graph (what inductor's
     joint pass does in the inductor pipeline)."""
 
     def partition(joint_module: torch.fx.GraphModule, *args: Any, **kwargs: Any):
-        tag_abc_recompute(joint_module.graph, abc_recompute)
+        tag_recompute(joint_module.graph, abc_recompute)
         return partition_fn(joint_module, *args, **kwargs)
 
     return partition

@@ -1,7 +1,7 @@
 """Graph passes of hotcompile (installed as ``hotcompile.passes``)."""
 
 from hotcompile.passes import family
-from hotcompile.passes.abc_recompute import tag_abc_recompute
+from hotcompile.passes.abc_recompute import tag_abc_recompute, tag_recompute
 from hotcompile.passes.layout import pin_kernel_layouts, realize_kernel_inputs
 from hotcompile.passes.rewrite import LayerPlan, layer_name, rewrite
 
@@ -13,4 +13,5 @@ __all__ = [
     "realize_kernel_inputs",
     "rewrite",
     "tag_abc_recompute",
+    "tag_recompute",
 ]

@@ -173,3 +173,44 @@ def tag_abc_recompute(graph: fx.Graph, mode: str = "unary") -> list[str]:
             n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         tagged.append(node.name)
     return tagged
+
+
+def tag_recompute_twins(graph: fx.Graph) -> list[str]:
+    """Tag the twins of recomputed nodes that read a graph input: an untagged node with the
+    same op and arguments as a ``MUST_RECOMPUTE`` one, that the partitioner's CSE would keep.
+
+    The weight's late codes (``HotConfig.weight_codes="backward"``) are traced in the backward
+    and tagged there (:func:`hotcompile.autograd._recomputed`), but their first node, the
+    parameter's cast to the autocast dtype, is the very op autocast's forward GEMM reads. The
+    min-cut partitioner CSEs the joint graph first, keeps the forward's untagged cast, and,
+    since a Triton kernel reads it in the backward, saves it: the bf16 copy of every weight
+    (two bytes a weight where the codes were one; the GPU test found it, 2026-11-27). Tagged,
+    the cast still runs in the forward for its GEMM and runs again in the backward, from the
+    parameter. Returns the names of the nodes tagged."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    must = CheckpointPolicy.MUST_RECOMPUTE
+
+    def key(n: fx.Node) -> tuple:
+        return n.target, repr(n.args), repr(n.kwargs)  # nodes print as their names
+
+    wanted = {
+        key(n)
+        for n in graph.nodes
+        if n.op == "call_function"
+        and n.meta.get("recompute") is must
+        and n.all_input_nodes
+        and all(a.op == "placeholder" for a in n.all_input_nodes)
+    }
+    tagged = []
+    for n in graph.nodes:
+        if n.op == "call_function" and n.meta.get("recompute") is None and key(n) in wanted:
+            n.meta["recompute"] = must
+            tagged.append(n.name)
+    return tagged
+
+
+def tag_recompute(graph: fx.Graph, mode: str = "unary") -> list[str]:
+    """The joint graph's recompute tags before the partitioner: :func:`tag_abc_recompute`
+    (``mode`` as ``HotConfig.abc_recompute``), then :func:`tag_recompute_twins`."""
+    return tag_abc_recompute(graph, mode) + tag_recompute_twins(graph)

@@ -9,6 +9,7 @@ per call), and every setting it cannot honour must say so.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -829,20 +830,30 @@ def test_weight_codes_in_the_backward_are_recomputed_by_the_partitioner() -> Non
     """The min-cut partitioner places by data dependence: codes the backward makes from the
     parameter alone would be computed in the forward and saved (on CUDA, where they are a
     ``triton_op`` it never recomputes by choice, the Llama saved all of them). The late codes'
-    nodes carry ``MUST_RECOMPUTE`` in the joint graph, the forward's codes do not."""
+    nodes carry ``MUST_RECOMPUTE`` in the joint graph, the forward's codes do not; and after
+    min-cut's CSE every input of a tagged node is tagged or a graph input (the GPU saved the
+    forward's bf16 copy of each weight, the CSE twin of the late codes' cast, 2026-11-27)."""
     from functorch.compile import min_cut_rematerialization_partition
+    from torch._functorch.compile_utils import fx_graph_cse
     from torch.utils.checkpoint import CheckpointPolicy
 
     from hotcompile.backend import aot_decomp_partition
     from hotcompile.passes import rewrite
 
+    must = CheckpointPolicy.MUST_RECOMPUTE
+
     def tagged(codes: str) -> list[str]:
         names: list[str] = []
 
         def partition(joint, *args, **kwargs):
-            must = CheckpointPolicy.MUST_RECOMPUTE
             nodes = joint.graph.nodes
             names.extend(str(n.target) for n in nodes if n.meta.get("recompute") is must)
+            # min-cut CSEs first: the cast each late-codes chain starts from must stay tagged
+            # (else the forward's twin, autocast's copy for its GEMM, is kept and saved)
+            cse = fx_graph_cse(copy.deepcopy(joint.graph))
+            for n in cse.nodes:  # (a constant, reading nothing, costs nothing to keep)
+                if n.all_input_nodes and any(u.meta.get("recompute") is must for u in n.users):
+                    assert n.meta.get("recompute") is must, n
             return min_cut_rematerialization_partition(joint, *args, **kwargs)
 
         backend = hotcompile.HotBackend(
