@@ -6,6 +6,7 @@ Skipped without CUDA + Triton. Run on the GPU machine (tools/results/gpu_tests.m
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import pytest
@@ -283,14 +284,22 @@ def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> N
     """``weight_codes="backward"`` (``"auto"`` under ``prefer="memory"``): the forward saves
     no weight codes and no bf16 copy of a weight (the backward reads the fp32 parameter, alive
     anyway, and quantizes it there); the gradients are the forward codes' bit for bit.
-    Written 2026-11-27 (nineteenth session) after the device time was spent: not yet run."""
+    (Twentieth session, H100: the partitioner first placed the late codes in the forward and
+    saved them, then saved autocast's bf16 copy of each weight; see passes.abc_recompute.)"""
     from test_lowering import MLP, saved_by_forward
 
     opts = {"lowering": "native", "prefer": "paper", "weight_codes": "backward"}
     saved = saved_by_forward(opts, True, "cuda")
+    early_saved = saved_by_forward({**opts, "weight_codes": "forward"}, True, "cuda")
     weights = {(64, 32), (48, 64)}  # fc1, fc2 as [O, I]
     both = weights | {(i, o) for o, i in weights}
-    assert not [s for s in saved if s[0] in both and s[1] != torch.float32], saved
+    assert not [s for s in saved if s[0] in both and s[1] == torch.bfloat16], saved
+
+    def fp8_bytes(found: list) -> int:  # by bytes: fc2's ABC codes are [48, 64] too
+        return sum(math.prod(shape) for shape, d in found if d == torch.float8_e4m3fn)
+
+    # exactly the two weights' codes ([I, O], O a multiple of 16 already) are no longer saved
+    assert fp8_bytes(early_saved) - fp8_bytes(saved) == 32 * 64 + 64 * 48, (early_saved, saved)
 
     def grads(codes: str) -> dict[str, torch.Tensor]:
         torch.manual_seed(0)
