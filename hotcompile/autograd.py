@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import weakref
 from collections.abc import Iterator
 
@@ -321,6 +322,39 @@ def _recomputed() -> Iterator[None]:
             meta["recompute"] = before
 
 
+#: the key, in a traced node's ``meta["custom"]``, of the native ABC compression it belongs to
+#: (one number per call): ``hotcompile.passes.abc_recompute`` finds the compressions by it
+ABC_GROUP = "hotcompile_abc"
+_abc_groups = itertools.count()
+
+
+@contextlib.contextmanager
+def _abc_group() -> Iterator[None]:
+    """Mark the graph nodes traced inside as one native ABC compression.
+
+    On the ops path a compression is one ``hotcompile.abc_compress`` node, which the joint
+    pass recognises; on the native path it is several (a max-abs written as ATen, the
+    ``triton_op``'s kernel calls, their buffers), so each new node gets
+    ``meta["custom"][ABC_GROUP]``, copied from ``torch.fx.traceback``'s current meta while
+    AOT traces (the field user annotations use, kept alongside them). Outside a trace it does
+    nothing."""
+    from torch.fx import traceback as fx_traceback
+
+    if not fx_traceback.has_preserved_node_meta():
+        yield
+        return
+    meta = fx_traceback.current_meta
+    before = meta.get("custom")
+    meta["custom"] = {**(before or {}), ABC_GROUP: next(_abc_groups)}
+    try:
+        yield
+    finally:
+        if before is None:
+            meta.pop("custom", None)
+        else:
+            meta["custom"] = before
+
+
 def _autocast_dtype(t: torch.Tensor) -> torch.dtype | None:
     """The dtype autocast runs this device's GEMMs in, when it is on."""
     dev = t.device.type
@@ -337,10 +371,11 @@ def _native_compress(spec: LayerSpec, x3: torch.Tensor, grid_w, rows, weight: to
     if spec.gw_bits is None:  # unquantized HLA: no op layer to bypass, the ops path's own
         return _compress(spec, x3, grid_w, rows, weight)
     signs = _signs(spec, rows, x3, weight)
-    out = native.compress(
-        x3, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs,
-        producer_amax=spec.abc_max_abs == "producer",
-    )  # fmt: skip
+    with _abc_group():
+        out = native.compress(
+            x3, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs,
+            producer_amax=spec.abc_max_abs == "producer",
+        )  # fmt: skip
     return out if signs is None else (*out, signs)
 
 

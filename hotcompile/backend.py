@@ -100,11 +100,11 @@ class HotJointPass(HotCachePass):
     pin_layouts = False
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        tag_recompute(graph, self.config.abc_recompute)
+        tag_recompute(graph, self.config.abc_recompute_modes)
         super().__call__(graph)
 
 
-def _tagging(partition_fn: Callable, abc_recompute: str) -> Callable:
+def _tagging(partition_fn: Callable, abc_recompute: str | tuple[str, str]) -> Callable:
     """``partition_fn`` after :func:`tag_recompute` on the joint graph (what inductor's
     joint pass does in the inductor pipeline)."""
 
@@ -133,7 +133,7 @@ def aot_decomp_partition(
     example_inputs: Sequence[Any],
     partition_fn: Callable | None = None,
     inference_compiler: Callable | None = None,
-    abc_recompute: str = "unary",
+    abc_recompute: str | tuple[str, str] = "unary",
 ) -> Callable:
     """AOTAutograd with inductor's decompositions and min-cut partitioner, no code generation.
 
@@ -141,7 +141,8 @@ def aot_decomp_partition(
     report: the same forward/backward split and saved tensors as inductor. ``partition_fn``
     (default: min-cut) may wrap min-cut to record what it decides; ``inference_compiler`` sees
     the graph compiled when no gradient is needed; ``abc_recompute``: as
-    ``HotConfig.abc_recompute`` (the joint graph is tagged before ``partition_fn`` sees it).
+    ``HotConfig.abc_recompute_modes`` (the joint graph is tagged before ``partition_fn`` sees
+    it).
     """
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
@@ -255,7 +256,9 @@ class HotBackend:
         if self.config.compiler == "eager":
             return gm.forward
         if self.config.compiler == "aot_eager":
-            return aot_decomp_partition(gm, example_inputs, abc_recompute=self.config.abc_recompute)
+            return aot_decomp_partition(
+                gm, example_inputs, abc_recompute=self.config.abc_recompute_modes
+            )
         return _inductor(gm, example_inputs, self.config, rewritten=n_hot > 0)
 
     @property

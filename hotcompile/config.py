@@ -26,7 +26,7 @@ HLA_ROW_SETS = ("lp_l1", "sequency")
 HLA_2D_MODES = ("none", "batch")
 CONV_ABC_MODES = ("im2col",)
 #: what hotcompile.passes.abc_recompute may recompute in the backward instead of saving codes
-ABC_RECOMPUTE = ("views", "unary", "off")
+ABC_RECOMPUTE = ("auto", "views", "unary", "off")
 #: where ABC of x's plain rows (native path, CUDA) takes x's max-abs from
 ABC_MAX_ABS = ("kernel", "producer")
 #: when the native g_x path quantizes the weight (``HotConfig.weight_codes``)
@@ -159,14 +159,17 @@ class HotConfig:
         conv_abc: operand compressed for conv layers; ``"im2col"`` is the paper's.
         abc_recompute: where the backward can re-derive a layer's input from tensors it reads
             anyway, recompute the ABC codes there instead of saving them
-            (``hotcompile.passes.abc_recompute``): ``"unary"`` (default: through view/copy and
+            (``hotcompile.passes.abc_recompute``): ``"unary"`` (through view/copy and
             elementwise ops — fc2's codes, the largest ABC buffer of a transformer block, from
-            fc1's output, which the activation's backward reads; an activation and a
-            compression per block more in the backward: ViT-B/16 on the H100 saves 0.70× of
-            inductor's activation bytes instead of 0.76× for 1.6% more step time under CUDA
-            graphs, ops path, tools/results/bench_train_runs/run2_6f362ac.md), ``"views"``
-            (view/copy chains only: the
-            attention output feeding ``proj``), ``"off"`` (the partitioner's own choice).
+            fc1's output, which the activation's backward reads; a SwiGLU's down projection's
+            from its gate and up outputs; an activation and a compression per block more in
+            the backward: ViT-B/16 on the H100 saves 0.70× of inductor's activation bytes
+            instead of 0.76× for 1.6% more step time under CUDA graphs, ops path,
+            tools/results/bench_train_runs/run2_6f362ac.md), ``"views"`` (view/copy chains
+            only: the attention output feeding ``proj``; the compression moves to the
+            backward, no work added), ``"off"`` (the partitioner's own choice), ``"auto"``
+            (default: ``"unary"`` on the ops path and under ``prefer="memory"``, ``"views"``
+            on the native path otherwise, whose default puts speed first).
         abc_max_abs: where ABC's per-tensor scale of x's plain rows (no HLA: the text recipe;
             native path on CUDA) gets x's max-abs: ``"producer"`` (default: a row max written as
             ATen, ``hotcompile.lowering.hot.amax_bits``, which inductor can compute in the
@@ -287,7 +290,7 @@ class HotConfig:
     weight_scale: str = "sawb"
     abc: bool = True
     conv_abc: str = "im2col"
-    abc_recompute: str = "unary"
+    abc_recompute: str = "auto"
     abc_max_abs: str = "producer"
     swiglu_hq: bool = True
     weight_codes: str = "auto"
@@ -435,6 +438,15 @@ class HotConfig:
             return self
         changes = _recipe_changes(self, "text")
         return dataclasses.replace(self, **changes) if changes else self
+
+    @property
+    def abc_recompute_modes(self) -> tuple[str, str]:
+        """``abc_recompute`` resolved: the mode of the ops path's compressions and that of the
+        native path's (``"auto"``: ``"unary"``, and ``"views"`` on the native path unless
+        ``prefer="memory"``)."""
+        if self.abc_recompute != "auto":
+            return self.abc_recompute, self.abc_recompute
+        return "unary", "unary" if self.prefer == "memory" else "views"
 
     @property
     def weight_codes_late(self) -> bool:

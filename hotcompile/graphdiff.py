@@ -136,7 +136,7 @@ def _recording_backend(config: HotConfig | None, captures: list[_Capture]) -> Ca
             cap.num_fwd_outputs = len(_outputs(gm_inf))
             return make_boxed_func(gm_inf.forward)
 
-        mode = config.abc_recompute if config is not None else "off"
+        mode = config.abc_recompute_modes if config is not None else "off"
         return aot_decomp_partition(gm, example_inputs, partition, inference, mode)
 
     return backend

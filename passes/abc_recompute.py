@@ -12,13 +12,17 @@ permute, transpose, clone, ...) to the tensor they start from; if a backward nod
 tensor, the chain and the compression are tagged ``MUST_RECOMPUTE`` (the checkpoint policy
 the partitioner honours), so the backward re-derives the codes from the tensor it has anyway
 (a copy and one ``abc_compress``: two memory-bound passes over x) and the forward saves no
-codes. By default (``HotConfig.abc_recompute="unary"``) the walk also goes through
-elementwise ops — an MLP's activation function, whose backward reads fc1's output anyway, so
-fc2's codes (the largest ABC buffer of a transformer block) are recomputed from it, trading an
-activation and an ``abc_compress`` per block in the backward for that buffer's bytes (ViT-B/16,
-H100: saved activations 0.76× → 0.70× of inductor's, step +1.6% under CUDA graphs).
-``"views"`` follows view/copy chains only (a copy at most in the backward); ``"off"`` keeps
-the partitioner's own choice everywhere.
+codes. With ``"unary"`` the walk also goes through elementwise ops — an MLP's activation
+function, whose backward reads fc1's output anyway, so fc2's codes (the largest ABC buffer
+of a transformer block) are recomputed from it, trading an activation and an
+``abc_compress`` per block in the backward for that buffer's bytes (ViT-B/16, H100: saved
+activations 0.76× → 0.70× of inductor's, step +1.6% under CUDA graphs). ``"views"`` follows
+view/copy chains only (a copy at most in the backward); ``"off"`` keeps the partitioner's own
+choice everywhere. ``HotConfig.abc_recompute="auto"`` (the default) is ``"unary"`` on the
+ops path and under ``prefer="memory"``, ``"views"`` on the native path otherwise
+(``HotConfig.abc_recompute_modes``). On the native path a compression is several nodes (a
+max-abs in ATen, Triton kernel calls), found by the number ``hotcompile.autograd`` writes in
+their ``meta["custom"]`` while it traces them.
 
 Runs as inductor's ``joint_custom_post_pass`` (and before min-cut in
 ``hotcompile.backend.aot_decomp_partition``, so the graph-diff tool shows the same split).
@@ -139,40 +143,77 @@ def _read_by_backward(
     return False
 
 
-def tag_abc_recompute(graph: fx.Graph, mode: str = "unary") -> list[str]:
-    """Tag the ``abc_compress`` calls whose input the backward can re-derive from tensors it
-    reads anyway as recomputed (see the module docstring). ``mode``: ``"views"`` follows
-    view/copy ops only, ``"unary"`` also elementwise ops (an activation function: fc2's input
-    is recomputed from fc1's output, which the activation's backward reads; SwiGLU's from both
-    of its inputs), ``"off"`` tags nothing. Returns the names of the tagged compressions."""
+def tag_abc_recompute(graph: fx.Graph, mode: str | tuple[str, str] = "unary") -> list[str]:
+    """Tag the ABC compressions whose input the backward can re-derive from tensors it reads
+    anyway as recomputed (see the module docstring). ``mode``: ``"views"`` follows view/copy
+    ops only, ``"unary"`` also elementwise ops (an activation function: fc2's input is
+    recomputed from fc1's output, which the activation's backward reads; SwiGLU's from both
+    of its inputs), ``"off"`` tags nothing; a pair: the ops path's mode and the native
+    path's (``HotConfig.abc_recompute_modes``). Returns the names of the tagged compressions."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    if mode not in ABC_RECOMPUTE:
-        raise ValueError(f"abc_recompute must be one of {ABC_RECOMPUTE}, got {mode!r}")
-    if mode == "off":
+    modes = (mode, mode) if isinstance(mode, str) else tuple(mode)
+    for m in modes:
+        if m not in ABC_RECOMPUTE or m == "auto":
+            valid = tuple(v for v in ABC_RECOMPUTE if v != "auto")
+            raise ValueError(f"abc_recompute must be one of {valid}, got {m!r}")
+    if modes == ("off", "off"):
         return []
 
-    abc = torch.ops.hotcompile.abc_compress.default
-    nodes = [n for n in graph.nodes if n.op == "call_function" and n.target is abc]
-    if not nodes:
+    compressions = _compressions(graph)
+    if not compressions:
         return []
     bw = _backward_nodes(graph)
     fw = _forward_nodes(graph, bw)
     tagged = []
-    for node in nodes:
-        if node in bw:
+    for x, members, native in compressions:
+        mode_here = modes[1] if native else modes[0]
+        if mode_here == "off" or any(n in bw for n in members):
             continue
-        region = _region(node.args[0], elementwise=mode == "unary")
+        region = _region(x, elementwise=mode_here == "unary")
         if region is None:
             continue
         inside, leaves = region
-        skip = {node, *node.users}
+        skip = set(members)
         if not all(_read_by_backward(leaf, fw, set(inside), skip) for leaf in leaves):
             continue
-        for n in [*inside, node, *node.users]:  # the users: the getitems of codes and scale
+        for n in [*inside, *members]:
             n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-        tagged.append(node.name)
+        tagged.append(members[0].name)
     return tagged
+
+
+def _compressions(graph: fx.Graph) -> list[tuple[fx.Node, list[fx.Node], bool]]:
+    """Each ABC compression of the joint graph as ``(x, its nodes, native)``: on the ops path an
+    ``abc_compress`` node and the getitems of its codes and scale; on the native path the
+    nodes traced under one :data:`hotcompile.autograd.ABC_GROUP` number, when they read one
+    tensor from outside (a compression with HLA's signs also reads the signs: left alone)."""
+    from hotcompile.autograd import ABC_GROUP
+
+    abc = torch.ops.hotcompile.abc_compress.default
+    found: list[tuple[fx.Node, list[fx.Node], bool]] = []
+    groups: dict[int, list[fx.Node]] = {}
+    for n in graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is abc:
+            found.append((n.args[0], [n, *n.users], False))
+        group = (n.meta.get("custom") or {}).get(ABC_GROUP)
+        if group is not None:
+            groups.setdefault(group, []).append(n)
+    for members in groups.values():
+        inside = set(members)
+        reads = {
+            a
+            for n in members
+            for a in n.all_input_nodes
+            if a not in inside
+            and a.op != "get_attr"
+            and isinstance(a.meta.get("val"), torch.Tensor)
+        }  # (a constant, a get_attr, is in both graphs)
+        if len(reads) == 1:
+            found.append((reads.pop(), members, True))
+    return found
 
 
 def tag_recompute_twins(graph: fx.Graph) -> list[str]:
@@ -210,7 +251,7 @@ def tag_recompute_twins(graph: fx.Graph) -> list[str]:
     return tagged
 
 
-def tag_recompute(graph: fx.Graph, mode: str = "unary") -> list[str]:
+def tag_recompute(graph: fx.Graph, mode: str | tuple[str, str] = "unary") -> list[str]:
     """The joint graph's recompute tags before the partitioner: :func:`tag_abc_recompute`
-    (``mode`` as ``HotConfig.abc_recompute``), then :func:`tag_recompute_twins`."""
+    (``mode`` as ``HotConfig.abc_recompute_modes``), then :func:`tag_recompute_twins`."""
     return tag_abc_recompute(graph, mode) + tag_recompute_twins(graph)

@@ -26,12 +26,18 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
-def _run(model_fn, x, mode: str, compiler: str = "aot_eager"):
+#: the ops path (the CPU's default) and the native one, whose compression is several nodes
+#: (``hotcompile.autograd.ABC_GROUP``), with every layer on HOT's path
+LOWERINGS = [{}, {"lowering": "native", "prefer": "paper"}]
+
+
+def _run(model_fn, x, mode: str, compiler: str = "aot_eager", lowering: dict | None = None):
     """Gradients after two compiled steps and the saved activation bytes of a third forward."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = model_fn()
     options = {"compiler": compiler, "abc_recompute": mode, "gx_scaling": "per_token"}
+    options.update(lowering or {})
     compiled = torch.compile(model, backend="hot", options=options)
     for _ in range(2):
         model.zero_grad()
@@ -44,29 +50,50 @@ def _codes_bytes(rows: int, cols: int) -> int:
     return rows * cols  # int8 codes (+ a 4-byte scale, below)
 
 
-def test_views_drops_the_codes_of_proj_whose_input_attention_saves_anyway():
+@pytest.mark.parametrize("lowering", LOWERINGS, ids=["ops", "native"])
+def test_views_drops_the_codes_of_proj_whose_input_attention_saves_anyway(lowering: dict):
     x = torch.randn(2, 32, 64)
-    grads_off, saved_off = _run(lambda: Block(64, 4, 128), x, "off")
-    grads_views, saved_views = _run(lambda: Block(64, 4, 128), x, "views")
+    grads_off, saved_off = _run(lambda: Block(64, 4, 128), x, "off", lowering=lowering)
+    grads_views, saved_views = _run(lambda: Block(64, 4, 128), x, "views", lowering=lowering)
     assert all(torch.equal(a, b) for a, b in zip(grads_off, grads_views))
     # proj's codes: 2 samples x 2 blocks of 16 tokens x 8 kept rows, 64 channels, + scale
     assert saved_off - saved_views == _codes_bytes(2 * 2 * 8, 64) + 4
 
 
-def test_unary_also_recomputes_fc2s_codes_from_fc1s_output():
+@pytest.mark.parametrize("lowering", LOWERINGS, ids=["ops", "native"])
+def test_unary_also_recomputes_fc2s_codes_from_fc1s_output(lowering: dict):
     x = torch.randn(2, 32, 64)
-    grads_views, saved_views = _run(lambda: Block(64, 4, 128), x, "views")
-    grads_unary, saved_unary = _run(lambda: Block(64, 4, 128), x, "unary")
+    grads_views, saved_views = _run(lambda: Block(64, 4, 128), x, "views", lowering=lowering)
+    grads_unary, saved_unary = _run(lambda: Block(64, 4, 128), x, "unary", lowering=lowering)
     assert all(torch.equal(a, b) for a, b in zip(grads_views, grads_unary))
     assert saved_views - saved_unary == _codes_bytes(2 * 2 * 8, 128) + 4  # fc2's codes
 
 
-def test_unary_recomputes_swiglus_down_projection_input_from_both_its_inputs():
+@pytest.mark.parametrize("lowering", LOWERINGS, ids=["ops", "native"])
+def test_unary_recomputes_swiglus_down_projection_input_from_both_its_inputs(lowering: dict):
     x = torch.randn(2, 32, 64)
-    grads_views, saved_views = _run(SwiGLU, x, "views")
-    grads_unary, saved_unary = _run(SwiGLU, x, "unary")
+    grads_views, saved_views = _run(SwiGLU, x, "views", lowering=lowering)
+    grads_unary, saved_unary = _run(SwiGLU, x, "unary", lowering=lowering)
     assert all(torch.equal(a, b) for a, b in zip(grads_views, grads_unary))
     assert saved_views - saved_unary == _codes_bytes(2 * 2 * 8, 128) + 4  # down's codes
+
+
+def test_auto_is_unary_on_the_ops_path_and_views_on_the_native_one_unless_memory_first():
+    """The native default puts speed first: a recompute that adds an activation pass to the
+    backward (down's codes from the gate and up outputs) only under ``prefer="memory"``."""
+    x = torch.randn(2, 32, 64)
+
+    def saved(mode: str, lowering: dict) -> int:
+        return _run(SwiGLU, x, mode, lowering=lowering)[1]
+
+    assert saved("auto", {}) == saved("unary", {})
+    native = {"lowering": "native", "prefer": "paper"}
+    assert saved("auto", native) == saved("views", native) > saved("unary", native)
+    memory = {"lowering": "native", "prefer": "memory"}
+    assert saved("auto", memory) == saved("unary", memory) < saved("views", memory)
+    assert HotConfig().abc_recompute_modes == ("unary", "views")
+    assert HotConfig(prefer="memory").abc_recompute_modes == ("unary", "unary")
+    assert HotConfig(abc_recompute="off").abc_recompute_modes == ("off", "off")
 
 
 def test_the_joint_pass_runs_under_inductor():
@@ -84,7 +111,7 @@ def test_the_diff_tool_says_the_compression_is_recomputed():
 
 
 def test_unknown_mode_is_refused_with_the_valid_ones():
-    with pytest.raises(HotConfigError, match="abc_recompute.*'views', 'unary', 'off'"):
+    with pytest.raises(HotConfigError, match="abc_recompute.*'auto', 'views', 'unary', 'off'"):
         HotConfig.from_options({"abc_recompute": "all"})
     with pytest.raises(HotConfigError, match="abc_max_abs.*'kernel', 'producer'"):
         HotConfig.from_options({"abc_max_abs": "fused"})
