@@ -162,6 +162,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_memory": {"prefer": "memory"},
     "hot_memory_fwd_codes": {"prefer": "memory", "weight_codes": "forward"},
     "hot_late_codes": {"weight_codes": "backward"},
+    "hot_memory_views": {"prefer": "memory", "abc_recompute": "views"},
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
     "inductor_cpp": None,
     "hot_cpp": {"inductor_config": {"cpp_wrapper": True}},
@@ -256,6 +257,8 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_memory_fwd_codes": 'as hot_memory, with weight_codes="forward" (the codes saved)',
     "hot_late_codes": 'as hot, with weight_codes="backward" (the gate\'s layers; nothing saved '
     "of their weights)",
+    "hot_memory_views": 'as hot_memory, with abc_recompute="views" (the codes of the SwiGLU\'s '
+    "down projection saved)",
     "inductor_cpp": '`torch.compile(model, options={"cpp_wrapper": True})`: inductor\'s '
     "wrapper code in C++ (kernels launched without Python; a longer compile)",
     "hot_cpp": 'as hot, with options={"inductor_config": {"cpp_wrapper": True}}; judged '

@@ -40,7 +40,10 @@
 #       each variant's saved bytes are made of).
 # diag: tools/repros/late_codes_partition.py (the late codes' joint graph and what min-cut
 #       saved, CUDA), then cpp_probe's run.
-# cpp_probe: (not yet run) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
+# recompute: (twentieth session) ABC recompute on the native path (abc_recompute="auto"):
+#       the Llama step, inductor / hot / hot_unary / hot_memory / hot_memory_views / torchao,
+#       with saved_groups; then the late weight codes' GPU test.
+# cpp_probe: (run in diag, twentieth session: every setting failed) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
 #
@@ -163,6 +166,19 @@ elif [ "$part" = diag ]; then
   echo "diag rc=$? $(( $(date +%s)-T0 ))s"; grep -A12 "^SAVED" $OUT/late_codes_partition.txt
   timeout $(( 560-$(date +%s)+T0 )) python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
+elif [ "$part" = recompute ]; then
+  timeout 480 python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
+    --variants inductor,hot,hot_unary,hot_memory,hot_memory_views,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+  OUT=$OUT python3 - <<'PY'
+import json, os
+d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
+for name, v in d["models"][0]["variants"].items():
+    print(name, [(g["shape"], g["dtype"], g["count"], round(g["bytes"] / 2**20)) for g in v.get("saved_groups", [])[:8]])
+PY
+  timeout $(( 570-$(date +%s)+T0 )) python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
+    -k "weight_codes or saves_the_weights_codes" > $OUT/test_lowering_gpu_codes.log 2>&1
+  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_codes.log
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
