@@ -43,6 +43,8 @@
 # recompute: (twentieth session) ABC recompute on the native path (abc_recompute="auto"):
 #       the Llama step, inductor / hot / hot_unary / hot_memory / hot_memory_views / torchao,
 #       with saved_groups; then the late weight codes' GPU test.
+# final: tools/repros/late_codes_grads.py (inductor caches off), then every GPU test file in
+#       parallel: test_lowering_gpu, test_gpu, test_matmul_gpu, test_kernels_gpu.
 # cpp_probe: (run in diag, twentieth session: every setting failed) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -179,6 +181,13 @@ PY
   timeout $(( 570-$(date +%s)+T0 )) python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
     -k "weight_codes or saves_the_weights_codes" > $OUT/test_lowering_gpu_codes.log 2>&1
   echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_codes.log
+elif [ "$part" = final ]; then
+  TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 timeout 150 python3 tools/repros/late_codes_grads.py > $OUT/late_codes_grads.txt 2>&1
+  echo "grads rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^(aot_eager|inductor)" $OUT/late_codes_grads.txt
+  for f in test_lowering_gpu test_gpu test_matmul_gpu test_kernels_gpu; do
+    timeout $(( 560-$(date +%s)+T0 )) python3 -m pytest tests/$f.py -q -p no:cacheprovider > $OUT/$f.log 2>&1 &
+  done
+  wait; echo "tests $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_*.log
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log

@@ -1,0 +1,59 @@
+"""The late weight codes' gradients against the forward's, on CUDA, by compiler and with the
+joint pass's CSE-twin tagging on or off: which part makes them differ (the GPU test
+``test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy`` found g_x unequal
+under inductor at dcf707a, twentieth session). Prints one line per case.
+
+    python3 tools/repros/late_codes_grads.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+
+
+def grads(codes: str, compiler: str, opts: dict) -> dict[str, torch.Tensor]:
+    from test_lowering import MLP
+
+    torch.manual_seed(0)
+    model = MLP().cuda()
+    torch._dynamo.reset()
+    options = {**opts, "weight_codes": codes, "compiler": compiler}
+    compiled = torch.compile(model, backend="hot", options=options)
+    x = torch.randn(4, 32, 32, device="cuda", requires_grad=True)
+    with torch.autocast("cuda", torch.bfloat16):
+        out = compiled(x)
+    out.float().square().sum().backward()
+    return {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
+
+
+def main() -> None:
+    from hotcompile.passes import abc_recompute
+
+    base = {"lowering": "native", "prefer": "paper"}
+    cases = [
+        ("aot_eager", base, True),
+        ("inductor", base, True),
+        ("inductor", base, False),
+        ("inductor", {**base, "abc_recompute": "off"}, True),
+        ("inductor", {**base, "rounding": "nearest"}, True),
+        ("inductor", {**base, "recipe": "text"}, True),
+    ]
+    twins = abc_recompute.tag_recompute_twins
+    for compiler, opts, with_twins in cases:
+        abc_recompute.tag_recompute_twins = twins if with_twins else (lambda graph: [])
+        try:
+            early, late = grads("forward", compiler, opts), grads("backward", compiler, opts)
+            diff = {k: float((early[k] - late[k]).abs().max()) for k in early}
+            print(compiler, opts, "twins" if with_twins else "no twins", diff, flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(compiler, opts, with_twins, "ERROR", type(e).__name__, str(e)[:300], flush=True)
+    abc_recompute.tag_recompute_twins = twins
+
+
+if __name__ == "__main__":
+    main()
