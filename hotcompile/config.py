@@ -168,8 +168,14 @@ class HotConfig:
             tools/results/bench_train_runs/run2_6f362ac.md), ``"views"`` (view/copy chains
             only: the attention output feeding ``proj``; the compression moves to the
             backward, no work added), ``"off"`` (the partitioner's own choice), ``"auto"``
-            (default: ``"unary"`` on the ops path and under ``prefer="memory"``, ``"views"``
-            on the native path otherwise, whose default puts speed first).
+            (default: ``"unary"`` on the ops path, ``"off"`` on the native path). On the native
+            path (CUDA) a compression is several nodes, Triton kernels among them, recognised
+            since 2026-11-27: ``"unary"`` there cut the H100 Llama's saved activations from
+            5.32 to 4.67 GiB under ``prefer="memory"`` (peak 0.85× of inductor's, step +1.8 ms,
+            ``tools/results/bench_train_runs/run32_*``), but it recomputes Triton quantizers
+            in the backward as the late weight codes do (``weight_codes``), whose gradients
+            differed on the GPU before the fix described there: opt-in until a GPU run checks
+            it (``tests/test_lowering_gpu.py``).
         abc_max_abs: where ABC's per-tensor scale of x's plain rows (no HLA: the text recipe;
             native path on CUDA) gets x's max-abs: ``"producer"`` (default: a row max written as
             ATen, ``hotcompile.lowering.hot.amax_bits``, which inductor can compute in the
@@ -195,10 +201,16 @@ class HotConfig:
             codes bit for bit); the weight operand of a rewritten call is always a parameter or
             a view of one, so saving it holds no memory of its own (under FSDP2, the unsharded
             parameter whose storage FSDP2 frees and refills) — the memory-first choice, at the
-            price of casting the weight again (about 6 bytes a weight more traffic: ~1 ms a
-            step for that Llama on an H100, arithmetic, not measured). ``"auto"`` (default):
-            ``"backward"`` with ``prefer="memory"``, ``"forward"`` otherwise. The speed gate
-            times the forward's placement.
+            price of casting the weight again. On the H100 (2026-11-27, with
+            ``prefer="memory"``) it cut the Llama's peak from 13.69 to 13.19 GiB for a step
+            0.5–1.6 ms slower (``tools/results/bench_train_runs/run31_*``, ``run32_*``), but
+            under inductor its INT4 (SAWB) codes differed from the forward's
+            (``tools/results/late_codes_grads_h100.txt``): the partitioner kept the forward's
+            zeroed word buffer, which the forward's kernel had updated in place, for the
+            backward's sums. ``hotcompile.passes.abc_recompute.tag_recompute_twins`` now
+            recomputes such buffers; that fix has not yet run on a GPU, so ``"backward"`` is
+            opt-in and ``"auto"`` (default) is ``"forward"``. The speed gate times the
+            forward's placement.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.
@@ -242,9 +254,10 @@ class HotConfig:
             warm-up or stochastic rounding) are not gated: those settings ask for HOT's
             numerics. On a CPU every eligible layer gets HOT (the CPU
             path is the reference, for accuracy work). ``"memory"``: every eligible layer
-            (ABC's memory saving first, whatever the speed), and the weight's codes made in
-            the backward (``weight_codes="auto"``). ``"paper"``: every eligible
-            layer, as the paper does.
+            (ABC's memory saving first, whatever the speed). With ``weight_codes="backward"``
+            and ``abc_recompute="unary"`` (both opt-in until their GPU check) the H100 Llama's
+            peak went from 0.89× to 0.85× of inductor's (``abc_recompute`` says why they are
+            not on by default). ``"paper"``: every eligible layer, as the paper does.
         kernels: which implementation runs the quantize kernels and low-precision GEMMs on
             CUDA: ``"auto"`` (default: the fastest measured per shape, cached on disk), or one
             family — ``"cutlass"``, ``"cuda"``, ``"triton"``, ``"torch"`` — used wherever it
@@ -442,19 +455,17 @@ class HotConfig:
     @property
     def abc_recompute_modes(self) -> tuple[str, str]:
         """``abc_recompute`` resolved: the mode of the ops path's compressions and that of the
-        native path's (``"auto"``: ``"unary"``, and ``"views"`` on the native path unless
-        ``prefer="memory"``)."""
+        native path's (``"auto"``: ``"unary"`` and ``"off"``, the two paths' behaviour before
+        the native compressions were recognised)."""
         if self.abc_recompute != "auto":
             return self.abc_recompute, self.abc_recompute
-        return "unary", "unary" if self.prefer == "memory" else "views"
+        return "unary", "off"
 
     @property
     def weight_codes_late(self) -> bool:
         """Whether the native g_x path quantizes the weight in the backward (``weight_codes``
-        resolved: ``"auto"`` is ``"backward"`` under ``prefer="memory"``)."""
-        if self.weight_codes == "auto":
-            return self.prefer == "memory"
-        return self.weight_codes == "backward"
+        resolved: ``"auto"`` is ``"forward"`` until the backward's codes pass a GPU run)."""
+        return self.weight_codes == "backward"  # "auto": "forward" (see weight_codes)
 
     @property
     def rank(self) -> int:

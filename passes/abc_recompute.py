@@ -217,37 +217,47 @@ def _compressions(graph: fx.Graph) -> list[tuple[fx.Node, list[fx.Node], bool]]:
 
 
 def tag_recompute_twins(graph: fx.Graph) -> list[str]:
-    """Tag the twins of recomputed nodes that read a graph input: an untagged node with the
-    same op and arguments as a ``MUST_RECOMPUTE`` one, that the partitioner's CSE would keep.
+    """Tag the CSE twins of recomputed nodes: an untagged node the partitioner's CSE would
+    merge with a ``MUST_RECOMPUTE`` one (the same op on the same — or merged — arguments).
 
-    The weight's late codes (``HotConfig.weight_codes="backward"``) are traced in the backward
-    and tagged there (:func:`hotcompile.autograd._recomputed`), but their first node, the
-    parameter's cast to the autocast dtype, is the very op autocast's forward GEMM reads. The
-    min-cut partitioner CSEs the joint graph first, keeps the forward's untagged cast, and,
-    since a Triton kernel reads it in the backward, saves it: the bf16 copy of every weight
-    (two bytes a weight where the codes were one; the GPU test found it, 2026-11-27). Tagged,
-    the cast still runs in the forward for its GEMM and runs again in the backward, from the
-    parameter. Returns the names of the nodes tagged."""
+    The min-cut partitioner CSEs the joint graph first and keeps the first of each set of
+    twins, with its own tags. Twins arise where a computation traced in the backward repeats
+    the forward's: the weight's late codes (``HotConfig.weight_codes="backward"``) start from
+    the parameter's cast to the autocast dtype, the very op autocast's forward GEMM reads, and
+    every Triton quantizer zero-fills a small word buffer (``full``) for its atomics, as the
+    forward's do. Kept untagged, the forward's cast was saved (the bf16 copy of every weight:
+    two bytes a weight where the codes were one), and the forward's word buffer was saved
+    too — after inductor had let the forward's kernel update it in place, so the backward's
+    SAWB sums started from the forward's (the late INT4 codes differed from the forward's
+    under inductor, not under aot_eager; H100, 2026-11-27). Tagged, each twin runs in the
+    forward for its own use and again in the backward, from the parameter or from nothing.
+    Random ops are left alone (CSE does not merge them). Returns the names of the nodes
+    tagged."""
+    from torch.fx.node import map_arg
     from torch.utils.checkpoint import CheckpointPolicy
 
     must = CheckpointPolicy.MUST_RECOMPUTE
-
-    def key(n: fx.Node) -> tuple:
-        return n.target, repr(n.args), repr(n.kwargs)  # nodes print as their names
-
-    wanted = {
-        key(n)
-        for n in graph.nodes
-        if n.op == "call_function"
-        and n.meta.get("recompute") is must
-        and n.all_input_nodes
-        and all(a.op == "placeholder" for a in n.all_input_nodes)
-    }
-    tagged = []
+    canon: dict[fx.Node, object] = {}
+    classes: dict[str, list[fx.Node]] = {}
     for n in graph.nodes:
-        if n.op == "call_function" and n.meta.get("recompute") is None and key(n) in wanted:
-            n.meta["recompute"] = must
-            tagged.append(n.name)
+        seeded = isinstance(n.target, torch._ops.OpOverload) and (
+            torch.Tag.nondeterministic_seeded in n.target.tags
+        )
+        if n.op != "call_function" or seeded:
+            canon[n] = n.name
+            continue
+        args = map_arg((n.args, n.kwargs), lambda a: canon[a])
+        members = classes.setdefault(f"{n.target}|{args!r}", [])
+        members.append(n)
+        canon[n] = id(members)  # the class's number: keys stay short however deep the graph
+    tagged = []
+    for members in classes.values():
+        if len(members) < 2 or not any(m.meta.get("recompute") is must for m in members):
+            continue
+        for m in members:
+            if m.meta.get("recompute") is None:
+                m.meta["recompute"] = must
+                tagged.append(m.name)
     return tagged
 
 

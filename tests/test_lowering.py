@@ -831,8 +831,9 @@ def test_weight_codes_in_the_backward_are_recomputed_by_the_partitioner() -> Non
     parameter alone would be computed in the forward and saved (on CUDA, where they are a
     ``triton_op`` it never recomputes by choice, the Llama saved all of them). The late codes'
     nodes carry ``MUST_RECOMPUTE`` in the joint graph, the forward's codes do not; and after
-    min-cut's CSE every input of a tagged node is tagged or a graph input (the GPU saved the
-    forward's bf16 copy of each weight, the CSE twin of the late codes' cast, 2026-11-27)."""
+    min-cut's CSE every cast of a graph input and every constant a tagged node reads is tagged
+    too (on the H100 the forward's twins were kept and saved: the bf16 copy of each weight,
+    and a word buffer the forward's kernel had updated in place, 2026-11-27)."""
     from functorch.compile import min_cut_rematerialization_partition
     from torch._functorch.compile_utils import fx_graph_cse
     from torch.utils.checkpoint import CheckpointPolicy
@@ -851,9 +852,11 @@ def test_weight_codes_in_the_backward_are_recomputed_by_the_partitioner() -> Non
             # min-cut CSEs first: the cast each late-codes chain starts from must stay tagged
             # (else the forward's twin, autocast's copy for its GEMM, is kept and saved)
             cse = fx_graph_cse(copy.deepcopy(joint.graph))
-            for n in cse.nodes:  # (a constant, reading nothing, costs nothing to keep)
-                if n.all_input_nodes and any(u.meta.get("recompute") is must for u in n.users):
-                    assert n.meta.get("recompute") is must, n
+            for n in cse.nodes:  # a cast of a parameter, or a constant (a zeroed buffer)
+                reads_inputs = all(a.op == "placeholder" for a in n.all_input_nodes)
+                if n.op == "call_function" and reads_inputs:
+                    if any(u.meta.get("recompute") is must for u in n.users):
+                        assert n.meta.get("recompute") is must, n
             return min_cut_rematerialization_partition(joint, *args, **kwargs)
 
         backend = hotcompile.HotBackend(
@@ -862,7 +865,8 @@ def test_weight_codes_in_the_backward_are_recomputed_by_the_partitioner() -> Non
 
         def compiler(gm, inputs):
             rewrite(gm, backend.config, inputs)
-            return aot_decomp_partition(gm, inputs, partition_fn=partition)
+            # ABC recompute off: only the late codes (and their twins) are tagged
+            return aot_decomp_partition(gm, inputs, partition, abc_recompute="off")
 
         torch._dynamo.reset()
         x = torch.randn(2, 40, 32, requires_grad=True)
@@ -882,8 +886,7 @@ def test_weight_codes_in_the_backward_saves_no_codes() -> None:
     anyway) instead of its codes: one byte per weight of every HOT layer less between the
     forward and the backward. (On the CPU the min-cut partitioner moves ATen weight codes
     into the backward by itself; a ``triton_op`` on CUDA it does not — ``test_lowering_gpu``
-    checks the compiled step.) ``weight_codes="auto"`` is ``"backward"`` under
-    ``prefer="memory"``."""
+    checks the compiled step.) ``weight_codes="auto"`` is ``"forward"``."""
     from hotcompile.autograd import LayerSpec, hot_linear
     from hotcompile.memory import saved_tensors
 
@@ -905,6 +908,7 @@ def test_weight_codes_in_the_backward_saves_no_codes() -> None:
         assert ((64, 32), torch.float32) in saved[True], saved  # W itself
         assert not any(d == torch.float8_e4m3fn and sh[0] == 32 for sh, d in saved[True]), saved
         assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True], strict=True))
-    assert hotcompile.HotConfig(prefer="memory").weight_codes_late
+    # opt-in until the GPU checks the buffer-twin fix (README, "What is not done yet")
+    assert not hotcompile.HotConfig(prefer="memory").weight_codes_late
     assert not hotcompile.HotConfig().weight_codes_late
-    assert not hotcompile.HotConfig(prefer="memory", weight_codes="forward").weight_codes_late
+    assert hotcompile.HotConfig(weight_codes="backward").weight_codes_late

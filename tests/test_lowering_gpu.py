@@ -280,6 +280,36 @@ def test_native_forward_saves_the_weights_codes_not_the_weight() -> None:
     assert {s[0] for s in saved if s[1] in eight_bit} & both, saved
 
 
+def test_native_abc_recompute_keeps_the_gradients() -> None:
+    """``abc_recompute="unary"`` on the native path (opt-in): fc2's ABC codes — a Triton
+    quantizer's, with its zeroed word buffer — are recomputed in the backward from fc1's
+    output (which GELU's backward keeps), so the forward saves fewer bytes, and the gradients
+    equal those of the codes saved, bit for bit. (A buffer twin kept from the forward, which
+    its kernel had updated in place, made the late weight codes differ under inductor before
+    ``tag_recompute_twins``; written 2026-11-27 after the device time was spent: not yet run.)"""
+    from test_lowering import MLP
+
+    def run(mode: str) -> tuple[dict[str, torch.Tensor], int]:
+        from hotcompile import memory
+
+        torch.manual_seed(0)
+        model = MLP().cuda()
+        torch._dynamo.reset()
+        opts = {"lowering": "native", "prefer": "paper", "abc_recompute": mode}
+        compiled = torch.compile(model, backend="hot", options=opts)
+        x = torch.randn(4, 32, 32, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", torch.bfloat16):
+            out = compiled(x)
+        saved = memory.saved_activation_bytes(out.float().square().sum(), model)
+        out.float().square().sum().backward()
+        return {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}, saved
+
+    (kept, saved_kept), (again, saved_again) = run("off"), run("unary")
+    assert saved_again < saved_kept
+    for k in kept:
+        assert torch.equal(kept[k], again[k]), k
+
+
 def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> None:
     """``weight_codes="backward"`` (``"auto"`` under ``prefer="memory"``): the forward saves
     no weight codes and no bf16 copy of a weight (the backward reads the fp32 parameter, alive

@@ -158,8 +158,10 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_swiglu_hq_cg": {"swiglu_hq": True, "mode": "reduce-overhead"},
     "hot_swiglu_unfused": {"swiglu_hq": False},
     "hot_swiglu_unfused_cg": {"swiglu_hq": False, "mode": "reduce-overhead"},
-    # memory first: HOT and ABC on every eligible layer; weight codes made in the backward
+    # memory first: HOT and ABC on every eligible layer (runs 29-32 at the time also made the
+    # weight codes in the backward, run 32 recomputed ABC's native codes too: hot_memory_all)
     "hot_memory": {"prefer": "memory"},
+    "hot_memory_all": {"prefer": "memory", "weight_codes": "backward", "abc_recompute": "unary"},
     "hot_memory_fwd_codes": {"prefer": "memory", "weight_codes": "forward"},
     "hot_late_codes": {"weight_codes": "backward"},
     "hot_memory_views": {"prefer": "memory", "abc_recompute": "views"},
@@ -252,13 +254,15 @@ VARIANT_NOTES: dict[str, str] = {
     "backward is inductor's and gate's and up's HQ each read their g_y in a pass of their own",
     "hot_swiglu_unfused_cg": "as hot_cg, with swiglu_hq=False; judged against inductor_cg",
     "hot_memory": 'as hot, with prefer="memory": HOT and ABC on every eligible layer, whatever '
-    "the speed gate would say, and the weight's codes made in the backward (weight_codes "
-    '"auto")',
+    "the speed gate would say",
+    "hot_memory_all": 'as hot_memory, with the opt-in memory options: weight_codes="backward" '
+    "(the weight's codes made in the backward) and abc_recompute=\"unary\" (ABC's codes "
+    "re-derived in the backward where it can)",
     "hot_memory_fwd_codes": 'as hot_memory, with weight_codes="forward" (the codes saved)',
     "hot_late_codes": 'as hot, with weight_codes="backward" (the gate\'s layers; nothing saved '
     "of their weights)",
-    "hot_memory_views": 'as hot_memory, with abc_recompute="views" (the codes of the SwiGLU\'s '
-    "down projection saved)",
+    "hot_memory_views": 'as hot_memory, with abc_recompute="views" (run 32: with the weight '
+    'codes made in the backward, then prefer="memory"\'s choice)',
     "inductor_cpp": '`torch.compile(model, options={"cpp_wrapper": True})`: inductor\'s '
     "wrapper code in C++ (kernels launched without Python; a longer compile)",
     "hot_cpp": 'as hot, with options={"inductor_config": {"cpp_wrapper": True}}; judged '
