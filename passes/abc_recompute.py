@@ -232,8 +232,7 @@ def tag_recompute_twins(graph: fx.Graph) -> list[str]:
     in place, so that the backward's SAWB sums started from the forward's (not yet shown).
     Tagged, each twin runs in the forward for its own use and again in the backward, from the
     parameter or from nothing. Random ops are left alone (CSE does not merge them). Returns
-    the names of the nodes
-    tagged."""
+    the names of the nodes tagged."""
     from torch.fx.node import map_arg
     from torch.utils.checkpoint import CheckpointPolicy
 
