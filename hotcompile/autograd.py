@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import weakref
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -292,7 +293,30 @@ def _native_weight_codes(
 
 
 @contextlib.contextmanager
-def _recomputed() -> Iterator[None]:
+def _traced_meta(key: str, value: Any) -> Iterator[None]:
+    """Set ``meta[key] = value`` on every graph node traced inside: AOT copies a few fields
+    of ``torch.fx.traceback``'s current meta onto each new node (``recompute``, ``custom``
+    among them, since before torch 2.11). Outside a trace (eager, or no preserved node meta)
+    it does nothing."""
+    from torch.fx import traceback as fx_traceback
+
+    if not fx_traceback.has_preserved_node_meta():
+        yield
+        return
+    meta = fx_traceback.current_meta
+    missing = object()
+    before = meta.get(key, missing)
+    meta[key] = value
+    try:
+        yield
+    finally:
+        if before is missing:
+            meta.pop(key, None)
+        else:
+            meta[key] = before
+
+
+def _recomputed() -> contextlib.AbstractContextManager[None]:
     """Tag the graph nodes traced inside as ``MUST_RECOMPUTE`` for the min-cut partitioner.
 
     AOTAutograd partitions the joint graph by data dependence, not by where a node was traced:
@@ -300,26 +324,10 @@ def _recomputed() -> Iterator[None]:
     from the parameter) is placed in the forward and its result saved. The weight codes made
     late would then be saved anyway (a ``triton_op`` is never recomputed by choice: the GPU's
     Llama kept all 0.5 GiB of them, 2026-11-27). The tag — the one activation checkpointing
-    uses, copied onto each new node from ``torch.fx.traceback``'s current meta while AOT
-    traces — makes the partitioner run them in the backward. Outside a trace (eager, or no
-    preserved node meta) it does nothing."""
-    from torch.fx import traceback as fx_traceback
+    uses — makes the partitioner run them in the backward."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    if not fx_traceback.has_preserved_node_meta():
-        yield
-        return
-    meta = fx_traceback.current_meta
-    missing = object()
-    before = meta.get("recompute", missing)
-    meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-    try:
-        yield
-    finally:
-        if before is missing:
-            meta.pop("recompute", None)
-        else:
-            meta["recompute"] = before
+    return _traced_meta("recompute", CheckpointPolicy.MUST_RECOMPUTE)
 
 
 #: the key, in a traced node's ``meta["custom"]``, of the native ABC compression it belongs to
@@ -328,31 +336,17 @@ ABC_GROUP = "hotcompile_abc"
 _abc_groups = itertools.count()
 
 
-@contextlib.contextmanager
-def _abc_group() -> Iterator[None]:
+def _abc_group() -> contextlib.AbstractContextManager[None]:
     """Mark the graph nodes traced inside as one native ABC compression.
 
     On the ops path a compression is one ``hotcompile.abc_compress`` node, which the joint
     pass recognises; on the native path it is several (a max-abs written as ATen, the
     ``triton_op``'s kernel calls, their buffers), so each new node gets
-    ``meta["custom"][ABC_GROUP]``, copied from ``torch.fx.traceback``'s current meta while
-    AOT traces (the field user annotations use, kept alongside them). Outside a trace it does
-    nothing."""
+    ``meta["custom"][ABC_GROUP]`` (the field user annotations use, kept alongside them)."""
     from torch.fx import traceback as fx_traceback
 
-    if not fx_traceback.has_preserved_node_meta():
-        yield
-        return
-    meta = fx_traceback.current_meta
-    before = meta.get("custom")
-    meta["custom"] = {**(before or {}), ABC_GROUP: next(_abc_groups)}
-    try:
-        yield
-    finally:
-        if before is None:
-            meta.pop("custom", None)
-        else:
-            meta["custom"] = before
+    custom = fx_traceback.current_meta.get("custom") or {}
+    return _traced_meta("custom", {**custom, ABC_GROUP: next(_abc_groups)})
 
 
 def _autocast_dtype(t: torch.Tensor) -> torch.dtype | None:
