@@ -45,6 +45,10 @@
 #       with saved_groups; then the late weight codes' GPU test.
 # final: tools/repros/late_codes_grads.py (inductor caches off), then every GPU test file in
 #       parallel: test_lowering_gpu, test_gpu, test_matmul_gpu, test_kernels_gpu.
+# next: (for the twenty-first session) the memory options after 44f204d's twin fix:
+#       late_codes_grads.py, the two GPU tests that judge them, then the Llama step with
+#       inductor / hot / hot_memory / hot_memory_all / torchao. If the gradients are equal,
+#       weight_codes and abc_recompute "auto" may turn them on under prefer="memory".
 # cpp_probe: (run in diag, twentieth session: every setting failed) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -188,6 +192,15 @@ elif [ "$part" = final ]; then
     timeout $(( 560-$(date +%s)+T0 )) python3 -m pytest tests/$f.py -q -p no:cacheprovider > $OUT/$f.log 2>&1 &
   done
   wait; echo "tests $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_*.log
+elif [ "$part" = next ]; then
+  TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 timeout 150 python3 tools/repros/late_codes_grads.py > $OUT/late_codes_grads.txt 2>&1
+  echo "grads rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^(aot_eager|inductor)" $OUT/late_codes_grads.txt
+  timeout 120 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
+    -k "weight_codes or abc_recompute or saves_the_weights_codes" > $OUT/test_lowering_gpu_memory.log 2>&1
+  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_memory.log
+  timeout $(( 570-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
+    --variants inductor,hot,hot_memory,hot_memory_all,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
