@@ -252,10 +252,15 @@ def tag_recompute_twins(graph: fx.Graph) -> list[str]:
         canon[n] = id(members)  # the class's number: keys stay short however deep the graph
     tagged = []
     for members in classes.values():
-        if len(members) < 2 or not any(m.meta.get("recompute") is must for m in members):
+        # hotcompile's own tags only: an activation-checkpointing region's nodes (they carry
+        # its ac_graph_id) and their twins keep the partitioner's checkpoint rules
+        ours = [
+            m for m in members if m.meta.get("recompute") is must and "ac_graph_id" not in m.meta
+        ]
+        if len(members) < 2 or not ours:
             continue
         for m in members:
-            if m.meta.get("recompute") is None:
+            if m.meta.get("recompute") is None and "ac_graph_id" not in m.meta:
                 m.meta["recompute"] = must
                 tagged.append(m.name)
     return tagged

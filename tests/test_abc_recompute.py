@@ -124,3 +124,33 @@ def test_the_diff_tool_shows_fc2s_compression_in_the_backward_and_flags_nothing_
     assert not any("abc_compress" in line for line in fc2.fw_after)
     assert any("abc_compress" in line for line in fc2.bw_after)
     assert not fc1.flagged and not fc2.flagged, (fc1.input_saved_reason, fc2.input_saved_reason)
+
+
+def test_twins_of_hotcompiles_recomputed_nodes_are_tagged_checkpointings_left_alone():
+    """min-cut CSEs the joint graph and keeps the first twin: an untagged forward twin of a
+    node hotcompile tags (the late weight codes' cast, a zeroed word buffer) would be kept and
+    saved, so it is tagged too; a node tagged by activation checkpointing (it has an
+    ``ac_graph_id``) neither makes nor becomes such a twin."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from hotcompile.passes.abc_recompute import tag_recompute_twins
+
+    must = CheckpointPolicy.MUST_RECOMPUTE
+    g = torch.fx.Graph()
+    w, v = g.placeholder("w"), g.placeholder("v")
+    cast = torch.ops.prims.convert_element_type.default
+    fwd = g.call_function(cast, (w, torch.bfloat16))  # the forward's (autocast's) copy
+    late = g.call_function(cast, (w, torch.bfloat16))  # the backward's, tagged
+    late.meta["recompute"] = must
+    buf = g.call_function(torch.ops.aten.full.default, ([3], 0))  # a forward word buffer
+    late_buf = g.call_function(torch.ops.aten.full.default, ([3], 0))
+    late_buf.meta["recompute"] = must
+    other = g.call_function(cast, (w, torch.float16))  # a different op: no twin
+    ckpt = g.call_function(cast, (v, torch.bfloat16))  # checkpointing's
+    ckpt.meta.update(recompute=must, ac_graph_id=1)
+    plain = g.call_function(cast, (v, torch.bfloat16))
+    g.output((fwd, late, buf, late_buf, other, ckpt, plain))
+
+    assert sorted(tag_recompute_twins(g)) == sorted([fwd.name, buf.name])
+    assert fwd.meta["recompute"] is must and buf.meta["recompute"] is must
+    assert "recompute" not in other.meta and "recompute" not in plain.meta
