@@ -171,7 +171,8 @@ class HotConfig:
             (default: ``"unary"`` on the ops path, ``"off"`` on the native path). On the native
             path (CUDA) a compression is several nodes, Triton kernels among them, recognised
             since 2026-11-27: ``"unary"`` there cut the H100 Llama's saved activations from
-            5.32 to 4.67 GiB under ``prefer="memory"`` (peak 0.85× of inductor's, step +1.8 ms,
+            5.32 to 4.67 GiB under ``prefer="memory"`` with ``weight_codes="backward"`` (peak
+            0.89× → 0.85× of inductor's, step +1.8 ms,
             ``tools/results/bench_train_runs/run32_*``), but it recomputes Triton quantizers
             in the backward as the late weight codes do (``weight_codes``), whose gradients
             differed on the GPU before the fix described there: opt-in until a GPU run checks
@@ -257,7 +258,7 @@ class HotConfig:
             path is the reference, for accuracy work). ``"memory"``: every eligible layer
             (ABC's memory saving first, whatever the speed). With ``weight_codes="backward"``
             and ``abc_recompute="unary"`` (both opt-in until their GPU check) the H100 Llama's
-            peak went from 0.89× to 0.85× of inductor's (``abc_recompute`` says why they are
+            peak went from 0.92× to 0.85× of inductor's (``abc_recompute`` says why they are
             not on by default). ``"paper"``: every eligible layer, as the paper does.
         kernels: which implementation runs the quantize kernels and low-precision GEMMs on
             CUDA: ``"auto"`` (default: the fastest measured per shape, cached on disk), or one
