@@ -206,13 +206,12 @@ class HotConfig:
             ``prefer="memory"``) it cut the Llama's peak from 13.69 to 13.19 GiB for a step
             0.5–1.6 ms slower (``tools/results/bench_train_runs/run31_*``, ``run32_*``), but
             under inductor its INT4 (SAWB) codes differed from the forward's
-            (``tools/results/late_codes_grads_h100.txt``), likely because the partitioner kept
-            the forward's zeroed word buffer, which the forward's kernel had updated in place,
-            for the backward's sums (a hypothesis that fits what differed and what did not).
-            ``hotcompile.passes.abc_recompute.tag_recompute_twins`` now recomputes such
-            buffers; that fix has not yet run on a GPU, so ``"backward"`` is
-            opt-in and ``"auto"`` (default) is ``"forward"``. The speed gate times the
-            forward's placement.
+            (``tools/results/late_codes_grads_h100.txt``): a wrong buffer kept from the forward,
+            or SAWB's float scale fused differently in the two graphs (an ulp flips INT4
+            codes); neither is shown yet. ``tag_recompute_twins`` now recomputes such buffers
+            and ``tools/repros/late_codes_grads.py`` tells the two apart; neither has run on a
+            GPU, so ``"backward"`` is opt-in and ``"auto"`` (default) is ``"forward"``. The
+            speed gate times the forward's placement.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.

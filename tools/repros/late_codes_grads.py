@@ -1,7 +1,9 @@
 """The late weight codes' gradients against the forward's, on CUDA, by compiler and with the
 joint pass's CSE-twin tagging on or off: which part makes them differ (the GPU test
 ``test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy`` found g_x unequal
-under inductor at dcf707a, twentieth session). Prints one line per case.
+under inductor at dcf707a, twentieth session), and each one's relative error against the
+exact backward (a bug would show as a larger error; float rounding as alike errors). Prints
+two lines per case.
 
     python3 tools/repros/late_codes_grads.py
 """
@@ -50,6 +52,19 @@ def main() -> None:
             early, late = grads("forward", compiler, opts), grads("backward", compiler, opts)
             diff = {k: float((early[k] - late[k]).abs().max()) for k in early}
             print(compiler, opts, "twins" if with_twins else "no twins", diff, flush=True)
+            # a bug, or float rounding? each against the exact backward: a wrong buffer makes
+            # late's error much larger than early's; an ulp of SAWB's scale (the scale's
+            # arithmetic fused differently in the forward's and the backward's graphs) flips
+            # a few INT4 codes and leaves the two errors alike
+            exact = grads("forward", compiler, {**opts, "exact": True})
+            err = {
+                name: {
+                    k: float((g[k] - exact[k]).norm() / exact[k].norm().clamp_min(1e-12))
+                    for k in ("x", "fc1.weight")
+                }
+                for name, g in (("early", early), ("late", late))
+            }
+            print("   relative error vs exact:", err, flush=True)
         except Exception as e:  # noqa: BLE001
             print(compiler, opts, with_twins, "ERROR", type(e).__name__, str(e)[:300], flush=True)
     abc_recompute.tag_recompute_twins = twins
