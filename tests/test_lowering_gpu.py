@@ -284,9 +284,10 @@ def test_native_abc_recompute_keeps_the_gradients() -> None:
     """``abc_recompute="unary"`` on the native path (opt-in): fc2's ABC codes — a Triton
     quantizer's, with its zeroed word buffer — are recomputed in the backward from fc1's
     output (which GELU's backward keeps), so the forward saves fewer bytes, and the gradients
-    equal those of the codes saved, bit for bit. (A buffer twin kept from the forward, which
-    its kernel had updated in place, made the late weight codes differ under inductor before
-    ``tag_recompute_twins``; written 2026-11-27 after the device time was spent: not yet run.)"""
+    equal those of the codes saved, bit for bit. (The late weight codes, recomputed the same
+    way, differed under inductor before the class-wide ``tag_recompute_twins``: a kept forward
+    buffer or float rounding; written 2026-11-27 after the device time was spent: not yet
+    run.)"""
     from test_lowering import MLP
 
     def run(mode: str) -> tuple[dict[str, torch.Tensor], int]:
