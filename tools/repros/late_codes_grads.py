@@ -2,8 +2,9 @@
 joint pass's CSE-twin tagging on or off: which part makes them differ (the GPU test
 ``test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy`` found g_x unequal
 under inductor at dcf707a, twentieth session), and each one's relative error against the
-exact backward (a bug would show as a larger error; float rounding as alike errors). Prints
-two lines per case.
+exact backward (a bug would show as a larger error; float rounding as alike errors), after a
+control: the forward codes compiled twice (SAWB's atomic float sums may make even those
+differ). Prints two lines per case.
 
     python3 tools/repros/late_codes_grads.py
 """
@@ -45,6 +46,12 @@ def main() -> None:
         ("inductor", {**base, "rounding": "nearest"}, True),
         ("inductor", {**base, "recipe": "text"}, True),
     ]
+    # the control: the forward codes against themselves, compiled twice (SAWB's sums are
+    # atomic float adds: if their order changes between launches, so may a few INT4 codes)
+    for compiler in ("aot_eager", "inductor"):
+        a, b = grads("forward", compiler, base), grads("forward", compiler, base)
+        diff = {k: float((a[k] - b[k]).abs().max()) for k in a}
+        print(compiler, "forward vs forward (control)", diff, flush=True)
     twins = abc_recompute.tag_recompute_twins
     for compiler, opts, with_twins in cases:
         abc_recompute.tag_recompute_twins = twins if with_twins else (lambda graph: [])
