@@ -207,11 +207,11 @@ class HotConfig:
             0.5–1.6 ms slower (``tools/results/bench_train_runs/run31_*``, ``run32_*``), but
             under inductor its INT4 (SAWB) codes differed from the forward's
             (``tools/results/late_codes_grads_h100.txt``): a wrong buffer kept from the forward,
-            or SAWB's float scale fused differently in the two graphs (an ulp flips INT4
-            codes); neither is shown yet. ``tag_recompute_twins`` now recomputes such buffers
-            and ``tools/repros/late_codes_grads.py`` tells the two apart; neither has run on a
-            GPU, so ``"backward"`` is opt-in and ``"auto"`` (default) is ``"forward"``. The
-            speed gate times the forward's placement.
+            or float rounding of SAWB's scale (atomic float sums, launch to launch; an ulp
+            flips INT4 codes); not yet told apart. ``tag_recompute_twins`` now recomputes
+            such buffers and ``tools/repros/late_codes_grads.py`` tells the two apart; neither
+            has run on a GPU, so ``"backward"`` is opt-in and ``"auto"`` (default) is
+            ``"forward"``. The speed gate times the forward's placement.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.

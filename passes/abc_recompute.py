@@ -229,8 +229,8 @@ def tag_recompute_twins(graph: fx.Graph) -> list[str]:
     forward's do. Kept untagged, the forward's cast was saved (the bf16 copy of every weight:
     two bytes a weight where the codes were one); and the late INT4 codes differed from the
     forward's under inductor, not under aot_eager nor with max-abs codes (H100, 2026-11-27),
-    which a kept forward word buffer would explain (so would SAWB's float scale fused
-    differently in the two graphs; not yet told apart).
+    which a kept forward word buffer would explain (so would SAWB's scale from atomic float
+    sums, whose order may change between launches; not yet told apart).
     Tagged, each twin runs in the forward for its own use and again in the backward, from the
     parameter or from nothing. Random ops are left alone (CSE does not merge them). Returns
     the names of the nodes tagged."""
