@@ -33,6 +33,25 @@ class MLP(nn.Module):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
+def mlp_step(options: dict, device: str = "cpu") -> tuple[dict[str, torch.Tensor], int]:
+    """One compiled training step of :class:`MLP` under bf16 autocast, seed 0: the gradients
+    (of x and of every parameter) and the bytes the compiled graph saves for its backward.
+    Shared by the GPU tests and ``tools/repros/late_codes_grads.py``."""
+    from hotcompile import memory
+
+    torch.manual_seed(0)
+    model = MLP().to(device)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="hot", options=options)
+    x = torch.randn(4, 32, 32, device=device, requires_grad=True)
+    with torch.autocast(device, torch.bfloat16):
+        out = compiled(x)
+    loss = out.float().square().sum()
+    saved = memory.saved_activation_bytes(loss, model)
+    loss.backward()
+    return {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}, saved
+
+
 class SwiGLU(nn.Module):
     """A Llama MLP: gate and up read the same x."""
 

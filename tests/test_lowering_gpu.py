@@ -288,22 +288,10 @@ def test_native_abc_recompute_keeps_the_gradients() -> None:
     way, differed under inductor before the class-wide ``tag_recompute_twins``: a kept forward
     buffer or float rounding; written 2026-11-27 after the device time was spent: not yet
     run.)"""
-    from test_lowering import MLP
+    from test_lowering import mlp_step
 
     def run(mode: str) -> tuple[dict[str, torch.Tensor], int]:
-        from hotcompile import memory
-
-        torch.manual_seed(0)
-        model = MLP().cuda()
-        torch._dynamo.reset()
-        opts = {"lowering": "native", "prefer": "paper", "abc_recompute": mode}
-        compiled = torch.compile(model, backend="hot", options=opts)
-        x = torch.randn(4, 32, 32, device="cuda", requires_grad=True)
-        with torch.autocast("cuda", torch.bfloat16):
-            out = compiled(x)
-        saved = memory.saved_activation_bytes(out.float().square().sum(), model)
-        out.float().square().sum().backward()
-        return {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}, saved
+        return mlp_step({"lowering": "native", "prefer": "paper", "abc_recompute": mode}, "cuda")
 
     (kept, saved_kept), (again, saved_again) = run("off"), run("unary")
     assert saved_again < saved_kept
@@ -321,7 +309,7 @@ def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> N
     (Twentieth session, H100: the partitioner first placed the late codes in the forward and
     saved them, then saved autocast's bf16 copy of each weight; see passes.abc_recompute. At
     3bf171f the SAWB gradients were not bit-equal under inductor: this test asked for that.)"""
-    from test_lowering import MLP, saved_by_forward
+    from test_lowering import mlp_step, saved_by_forward
 
     opts = {"lowering": "native", "prefer": "paper", "weight_codes": "backward"}
     saved = saved_by_forward(opts, True, "cuda")
@@ -337,16 +325,7 @@ def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> N
     assert fp8_bytes(early_saved) - fp8_bytes(saved) == 32 * 64 + 64 * 48, (early_saved, saved)
 
     def grads(codes: str, **extra: object) -> dict[str, torch.Tensor]:
-        torch.manual_seed(0)
-        model = MLP().cuda()
-        torch._dynamo.reset()
-        options = {**opts, "weight_codes": codes, **extra}
-        compiled = torch.compile(model, backend="hot", options=options)
-        x = torch.randn(4, 32, 32, device="cuda", requires_grad=True)
-        with torch.autocast("cuda", torch.bfloat16):
-            out = compiled(x)
-        out.float().square().sum().backward()
-        return {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
+        return mlp_step({**opts, "weight_codes": codes, **extra}, "cuda")[0]
 
     early, late = grads("forward", recipe="text"), grads("backward", recipe="text")
     for k in early:

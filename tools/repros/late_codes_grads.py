@@ -20,18 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 
 def grads(codes: str, compiler: str, opts: dict) -> dict[str, torch.Tensor]:
-    from test_lowering import MLP
+    from test_lowering import mlp_step
 
-    torch.manual_seed(0)
-    model = MLP().cuda()
-    torch._dynamo.reset()
-    options = {**opts, "weight_codes": codes, "compiler": compiler}
-    compiled = torch.compile(model, backend="hot", options=options)
-    x = torch.randn(4, 32, 32, device="cuda", requires_grad=True)
-    with torch.autocast("cuda", torch.bfloat16):
-        out = compiled(x)
-    out.float().square().sum().backward()
-    return {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
+    return mlp_step({**opts, "weight_codes": codes, "compiler": compiler}, "cuda")[0]
 
 
 def main() -> None:
