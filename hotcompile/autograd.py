@@ -491,13 +491,14 @@ class HotLinearFunction(torch.autograd.Function):
         # and W itself only where the backward still reads it (HLA's signs without ABC); with
         # spec.weight_codes_late the backward makes the codes from W (a parameter: saving it
         # holds no memory of its own), cast as the forward's GEMM read it
-        ctx.w_codes = spec.lowering == "native" and spec.gx_quantized and ctx.needs_input_grad[0]
-        ctx.w_late = ctx.w_codes and spec.weight_codes_late
-        ctx.w_cast = _autocast_dtype(weight) if ctx.w_codes else None
-        ctx.keep_w = not ctx.w_codes or (need_gw and not spec.abc and not spec.gw_exact)
-        early = ctx.w_codes and not ctx.w_late
-        saved = _native_weight_codes(spec, weight, ctx.w_cast) if early else []
-        saved += [weight] if ctx.keep_w or ctx.w_late else []
+        w_codes = spec.lowering == "native" and spec.gx_quantized and ctx.needs_input_grad[0]
+        ctx.w_late = w_codes and spec.weight_codes_late
+        ctx.w_early = w_codes and not ctx.w_late
+        ctx.w_cast = _autocast_dtype(weight) if w_codes else None
+        keep_w = not w_codes or (need_gw and not spec.abc and not spec.gw_exact)
+        ctx.save_w = keep_w or ctx.w_late
+        saved = _native_weight_codes(spec, weight, ctx.w_cast) if ctx.w_early else []
+        saved += [weight] if ctx.save_w else []
         if need_gw:
             if spec.gw_exact or not spec.abc:
                 saved.append(x)
@@ -515,8 +516,8 @@ class HotLinearFunction(torch.autograd.Function):
     def backward(ctx, gy):
         spec: LayerSpec = ctx.spec
         saved = list(ctx.saved_tensors)
-        w_codes = (saved.pop(0), saved.pop(0)) if ctx.w_codes and not ctx.w_late else None
-        weight = saved.pop(0) if ctx.keep_w or ctx.w_late else None
+        w_codes = (saved.pop(0), saved.pop(0)) if ctx.w_early else None
+        weight = saved.pop(0) if ctx.save_w else None
         if ctx.w_late:  # (w_codes: the input needs its gradient)
             with _recomputed():
                 w_codes = _native_weight_codes(spec, weight, ctx.w_cast)

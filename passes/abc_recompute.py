@@ -238,6 +238,12 @@ def tag_recompute_twins(graph: fx.Graph) -> list[str]:
     from torch.utils.checkpoint import CheckpointPolicy
 
     must = CheckpointPolicy.MUST_RECOMPUTE
+
+    def ours(n: fx.Node) -> bool:  # not activation checkpointing's (it sets an ac_graph_id)
+        return n.meta.get("recompute") is must and "ac_graph_id" not in n.meta
+
+    if not any(ours(n) for n in graph.nodes):  # the default path tags nothing: no classes
+        return []
     canon: dict[fx.Node, object] = {}
     classes: dict[str, list[fx.Node]] = {}
     for n in graph.nodes:
@@ -253,12 +259,9 @@ def tag_recompute_twins(graph: fx.Graph) -> list[str]:
         canon[n] = id(members)  # the class's number: keys stay short however deep the graph
     tagged = []
     for members in classes.values():
-        # hotcompile's own tags only: an activation-checkpointing region's nodes (they carry
-        # its ac_graph_id) and their twins keep the partitioner's checkpoint rules
-        ours = [
-            m for m in members if m.meta.get("recompute") is must and "ac_graph_id" not in m.meta
-        ]
-        if len(members) < 2 or not ours:
+        # hotcompile's own tags only: an activation-checkpointing region's nodes and their
+        # twins keep the partitioner's checkpoint rules
+        if len(members) < 2 or not any(ours(m) for m in members):
             continue
         for m in members:
             if m.meta.get("recompute") is None and "ac_graph_id" not in m.meta:
