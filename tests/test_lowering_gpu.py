@@ -300,7 +300,7 @@ def test_native_abc_recompute_keeps_the_gradients() -> None:
 
 
 def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> None:
-    """``weight_codes="backward"`` (``"auto"`` under ``prefer="memory"``): the forward saves
+    """``weight_codes="backward"`` (opt-in): the forward saves
     no weight codes and no bf16 copy of a weight (the backward reads the fp32 parameter, alive
     anyway, and quantizes it there); the gradients are the forward codes' bit for bit where the
     weight's scale is exact (max-abs: the text recipe) and as close to the exact backward as

@@ -51,9 +51,9 @@ def main() -> None:
             diff = {k: float((early[k] - late[k]).abs().max()) for k in early}
             print(compiler, opts, "twins" if with_twins else "no twins", diff, flush=True)
             # a bug, or float rounding? each against the exact backward: a wrong buffer makes
-            # late's error much larger than early's; an ulp of SAWB's scale (the scale's
-            # arithmetic fused differently in the forward's and the backward's graphs) flips
-            # a few INT4 codes and leaves the two errors alike
+            # late's error much larger than early's; an ulp of SAWB's scale (atomic float
+            # sums in another order, or its arithmetic fused differently in the two graphs)
+            # flips a few INT4 codes and leaves the two errors alike
             exact = grads("forward", compiler, {**opts, "exact": True})
             err = {
                 name: {

@@ -32,7 +32,7 @@ GIB = 2**30
 #: bytes per parameter alive at the end of the forward: fp32 weight, AdamW's exp_avg, exp_avg_sq
 FIXED_BYTES = 12
 TARGET = 0.8
-#: (model, run, variants taken from it): ViT-B's hot from run 11, after the gate's memory fix
+#: (model, run, variants taken from it)
 SOURCES = (
     ("llama", "bench_train_runs/run27_aeb37b7_llama.json", ("inductor", "hot", "torchao_float8")),
     (
