@@ -821,18 +821,21 @@ def test_swiglu_hq_fuses_only_a_gated_product_of_two_hq_layers() -> None:
     assert _fuse_swiglu(gm) == []
 
 
+@pytest.mark.parametrize("recipe", ["text", "vision"])
 @pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
-def test_weight_codes_in_the_backward_same_gradients(compiler: str) -> None:
+def test_weight_codes_in_the_backward_same_gradients(compiler: str, recipe: str) -> None:
     """``weight_codes="backward"``: the native g_x path quantizes the weight in the backward,
     from the parameter cast as the forward's GEMM read it: the same codes, so the same
-    gradients bit for bit (float32 and bf16 autocast) as the forward's codes give."""
+    gradients bit for bit (float32 and bf16 autocast) as the forward's codes give — with the
+    text recipe's FP8 max-abs codes and the vision recipe's INT4 SAWB ones (on the CPU SAWB's
+    sums are ATen reductions; on the GPU, atomic float adds: ``test_lowering_gpu``)."""
 
     def grads(codes: str, autocast: bool) -> dict[str, torch.Tensor]:
         torch._dynamo.reset()
         torch.manual_seed(0)
         net = SwiGLU(32, 64)
         x = torch.randn(2, 40, 32, requires_grad=True)
-        opts = {"recipe": "text", "prefer": "paper", "lowering": "native",
+        opts = {"recipe": recipe, "prefer": "paper", "lowering": "native",
                 "weight_codes": codes, "compiler": compiler}  # fmt: skip
         with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
             out = torch.compile(net, backend="hot", options=opts)(x)
