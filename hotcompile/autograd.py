@@ -562,23 +562,37 @@ class HotSwiGLUFunction(torch.autograd.Function):
     hot.quantize_gy`, the same values) for the very g_y tensor it returns. The gate and up
     layers' backwards find it (:func:`_given_gy`) instead of reading their g_y again; a g_y
     that reaches a layer by another way (summed with another gradient, changed in place)
-    is another tensor, and that layer quantizes its own."""
+    is another tensor, and that layer quantizes its own.
+
+    ``codes`` (``HotConfig.abc_swiglu``): the forward saves ``a`` and ``b`` as FP8 codes
+    with a scale per token (:func:`hotcompile.lowering.hot.swiglu_codes`: half their bf16
+    bytes, the largest tensors a Llama block saves) and the backward reads those instead."""
 
     @staticmethod
-    def forward(ctx, a, b, spec: LayerSpec, in_features: int):
-        ctx.spec, ctx.in_features = spec, in_features
-        ctx.save_for_backward(a, b)
+    def forward(ctx, a, b, spec: LayerSpec, in_features: int, codes: bool = False):
+        ctx.spec, ctx.in_features, ctx.codes = spec, in_features, codes
+        if codes:
+            ctx.save_for_backward(*native.swiglu_codes(a), *native.swiglu_codes(b))
+        else:
+            ctx.save_for_backward(a, b)
         return F.silu(a) * b
 
     @staticmethod
     def backward(ctx, g):
         from torch._subclasses.fake_tensor import is_fake
 
-        a, b = ctx.saved_tensors
+        scales = {}
+        if ctx.codes:  # 2-D codes, read as they are (lowering.hot.swiglu_backward)
+            a, sa, b, sb = ctx.saved_tensors
+            scales = {"a_scale": sa, "b_scale": sb}
+        else:
+            a, b = ctx.saved_tensors
         spec: LayerSpec = ctx.spec
         fp8, pad = native.gy_operand_layout(ctx.in_features, spec.gx_bits, spec.gx_rounding,
                                             g.device)  # fmt: skip
-        ga, gb, qa, qb = native.swiglu_backward(a, b, g, spec.gx_bits, spec.gx_rounding, fp8, pad)
+        ga, gb, qa, qb = native.swiglu_backward(
+            a, b, g, spec.gx_bits, spec.gx_rounding, fp8, pad, **scales
+        )
         if is_fake(ga):
             for gy, q in ((ga, qa), (gb, qb)):
                 if q is None:  # no kernel for these rows: the operand as the layer makes it
@@ -587,15 +601,18 @@ class HotSwiGLUFunction(torch.autograd.Function):
                         gy2, spec.gx_bits, spec.per_token, spec.gx_rounding, fp8, pad, True
                     )
                 _traced_put(_TRACED_GY, gy, _gy_key(spec, ctx.in_features, gy), q)
-        return ga, gb, None, None
+        return ga, gb, None, None, None
 
 
-def hot_swiglu(a, b, spec: LayerSpec | None = None, in_features: int = 0):
+def hot_swiglu(
+    a, b, spec: LayerSpec | None = None, in_features: int = 0, codes: bool = False
+):  # fmt: skip
     """``F.silu(a) * b`` whose backward makes HQ's operands of g_a and g_b for the HOT layers
-    that produced ``a`` and ``b`` (:class:`HotSwiGLUFunction`); ``spec``: theirs."""
+    that produced ``a`` and ``b`` (:class:`HotSwiGLUFunction`); ``spec``: theirs; ``codes``:
+    save ``a`` and ``b`` as FP8 codes (``HotConfig.abc_swiglu``)."""
     if spec is None or not _wants_grad(a, b):
         return F.silu(a) * b
-    return HotSwiGLUFunction.apply(a, b, spec, in_features)
+    return HotSwiGLUFunction.apply(a, b, spec, in_features, codes)
 
 
 def _pair(v) -> tuple[int, int]:

@@ -31,6 +31,8 @@ ABC_RECOMPUTE = ("auto", "views", "unary", "off")
 ABC_MAX_ABS = ("kernel", "producer")
 #: when the native g_x path quantizes the weight (``HotConfig.weight_codes``)
 WEIGHT_CODES = ("auto", "forward", "backward")
+#: what a fused SwiGLU saves of its gate and up outputs (``HotConfig.abc_swiglu``)
+ABC_SWIGLU = ("auto", "fp8", "off")
 COMPILERS = ("inductor", "aot_eager", "eager")
 NONFINITE_CHECKS = ("once", "off")
 #: kernel families on CUDA (hotcompile.kernels.dispatch): "auto" measures per shape
@@ -168,15 +170,15 @@ class HotConfig:
             tools/results/bench_train_runs/run2_6f362ac.md), ``"views"`` (view/copy chains
             only: the attention output feeding ``proj``; the compression moves to the
             backward, no work added), ``"off"`` (the partitioner's own choice), ``"auto"``
-            (default: ``"unary"`` on the ops path, ``"off"`` on the native path). On the native
-            path (CUDA) a compression is several nodes, Triton kernels among them, recognised
-            since 2026-11-27: ``"unary"`` there cut the H100 Llama's saved activations from
-            5.32 to 4.67 GiB under ``prefer="memory"`` with ``weight_codes="backward"`` (peak
-            0.89× → 0.85× of inductor's, step +1.8 ms,
-            ``tools/results/bench_train_runs/run32_*``), but it recomputes Triton quantizers
-            in the backward as the late weight codes do (``weight_codes``), whose gradients
-            differed on the GPU before the fix described there: opt-in until a GPU run checks
-            it (``tests/test_lowering_gpu.py``).
+            (default: ``"unary"`` on the ops path; on the native path ``"unary"`` under
+            ``prefer="memory"``, else ``"off"``). On the native path (CUDA) a compression is
+            several nodes, Triton kernels among them, recognised since 2026-11-27: ``"unary"``
+            there cut the H100 Llama's saved activations from 5.32 to 4.67 GiB under
+            ``prefer="memory"`` with ``weight_codes="backward"`` (peak 0.89× → 0.85× of
+            inductor's, step +1.8 ms, ``tools/results/bench_train_runs/run32_*``). Its codes
+            are the saved ones' bit for bit (ABC's scales are max-abs: no order-dependent
+            sums; ``tests/test_lowering_gpu.py``); the step time it costs is why it is
+            ``prefer="memory"``'s only.
         abc_max_abs: where ABC's per-tensor scale of x's plain rows (no HLA: the text recipe;
             native path on CUDA) gets x's max-abs: ``"producer"`` (default: a row max written as
             ATen, ``hotcompile.lowering.hot.amax_bits``, which inductor can compute in the
@@ -204,14 +206,26 @@ class HotConfig:
             parameter whose storage FSDP2 frees and refills) — the memory-first choice, at the
             price of casting the weight again. On the H100 (2026-11-27, with
             ``prefer="memory"``) it cut the Llama's peak from 13.69 to 13.19 GiB for a step
-            0.5–1.6 ms slower (``tools/results/bench_train_runs/run31_*``, ``run32_*``), but
-            under inductor its INT4 (SAWB) codes differed from the forward's
-            (``tools/results/late_codes_grads_h100.txt``): a wrong buffer kept from the forward,
-            or float rounding of SAWB's scale (atomic float sums, launch to launch; an ulp
-            flips INT4 codes); not yet told apart. ``tag_recompute_twins`` now recomputes
-            such buffers and ``tools/repros/late_codes_grads.py`` tells the two apart; neither
-            has run on a GPU, so ``"backward"`` is opt-in and ``"auto"`` (default) is
-            ``"forward"``. The speed gate times the forward's placement.
+            0.5–1.6 ms slower (``tools/results/bench_train_runs/run31_*``, ``run32_*``).
+            Gradients: bit-equal to the forward codes' where the weight's scale is max-abs
+            (the text recipe); with INT4 SAWB (the vision recipe) they differ under inductor,
+            but as much as the forward codes' differ from themselves compiled twice (SAWB's
+            sums are atomic float adds whose order changes launch to launch), with the same
+            error against the exact backward (H100, ``tools/results/late_codes_grads_h100.txt``
+            at b4bb969). ``"auto"`` (default): ``"backward"`` under ``prefer="memory"``,
+            ``"forward"`` otherwise. The speed gate times the forward's placement.
+        abc_swiglu: what a gated MLP's fused product (``swiglu_hq``: ``silu(gate(x)) * up(x)``
+            with gate and up on HOT's native path) saves of its two inputs for its backward.
+            ``"off"``: gate's and up's outputs as they are (bf16 under autocast: the Llama's
+            largest saved tensors, 2 GiB of its 4.2 under ``prefer="memory"``, run 33's
+            ``saved_groups``). ``"fp8"``: e4m3 codes with a max-abs/448 scale per token,
+            half the bytes (``hotcompile.lowering.hot.swiglu_codes``, written in ATen so that
+            inductor makes them in the kernel that reads those outputs anyway); the backward
+            (on CUDA the kernel that also writes HQ's codes) reads the codes and their scales.
+            ABC's idea taken past the paper, whose ABC compresses linear layers' inputs only:
+            the SwiGLU backward's g_gate and g_up then carry e4m3's rounding of a and b (at
+            most 2^-4 relative) before HQ quantizes them. ``"auto"`` (default): ``"fp8"``
+            under ``prefer="memory"``, ``"off"`` otherwise.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.
@@ -255,10 +269,12 @@ class HotConfig:
             warm-up or stochastic rounding) are not gated: those settings ask for HOT's
             numerics. On a CPU every eligible layer gets HOT (the CPU
             path is the reference, for accuracy work). ``"memory"``: every eligible layer
-            (ABC's memory saving first, whatever the speed). With ``weight_codes="backward"``
-            and ``abc_recompute="unary"`` (both opt-in until their GPU check) the H100 Llama's
-            peak went from 0.92× to 0.85× of inductor's (``abc_recompute`` says why they are
-            not on by default). ``"paper"``: every eligible layer, as the paper does.
+            (ABC's memory saving first, whatever the speed), with the weight codes made in the
+            backward and the native ABC codes recomputed there (``weight_codes`` and
+            ``abc_recompute`` at ``"auto"``): the H100 Llama's peak 0.82× of inductor's
+            against 0.94× with ``prefer="speed"``, step 1.03× against 1.07× of inductor's
+            (``tools/results/bench_train_runs/run33_*``), and a SwiGLU's inputs saved as FP8
+            codes (``abc_swiglu``). ``"paper"``: every eligible layer, as the paper does.
         kernels: which implementation runs the quantize kernels and low-precision GEMMs on
             CUDA: ``"auto"`` (default: the fastest measured per shape, cached on disk), or one
             family — ``"cutlass"``, ``"cuda"``, ``"triton"``, ``"torch"`` — used wherever it
@@ -308,6 +324,7 @@ class HotConfig:
     abc_max_abs: str = "producer"
     swiglu_hq: bool = True
     weight_codes: str = "auto"
+    abc_swiglu: str = "auto"
     hla_2d: str = "none"
     exact: bool = False
     include: tuple[str, ...] = ()
@@ -388,6 +405,7 @@ class HotConfig:
         choice("abc_recompute", ABC_RECOMPUTE)
         choice("abc_max_abs", ABC_MAX_ABS)
         choice("weight_codes", WEIGHT_CODES)
+        choice("abc_swiglu", ABC_SWIGLU)
         choice("compiler", COMPILERS)
         choice("check_nonfinite", NONFINITE_CHECKS)
         choice("kernels", KERNEL_IMPLS)
@@ -456,17 +474,28 @@ class HotConfig:
     @property
     def abc_recompute_modes(self) -> tuple[str, str]:
         """``abc_recompute`` resolved: the mode of the ops path's compressions and that of the
-        native path's (``"auto"``: ``"unary"`` and ``"off"``, the two paths' behaviour before
-        the native compressions were recognised)."""
+        native path's (``"auto"``: ``"unary"`` on the ops path; on the native path, where it
+        moves Triton quantizers into the backward for ~2 ms of the Llama's step, ``"unary"``
+        only under ``prefer="memory"``)."""
         if self.abc_recompute != "auto":
             return self.abc_recompute, self.abc_recompute
-        return "unary", "off"
+        return "unary", "unary" if self.prefer == "memory" else "off"
 
     @property
     def weight_codes_late(self) -> bool:
         """Whether the native g_x path quantizes the weight in the backward (``weight_codes``
-        resolved: ``"auto"`` is ``"forward"`` until the backward's codes pass a GPU run)."""
-        return self.weight_codes == "backward"  # "auto": "forward" (see weight_codes)
+        resolved: ``"auto"`` is ``"backward"`` under ``prefer="memory"``)."""
+        if self.weight_codes == "auto":
+            return self.prefer == "memory"
+        return self.weight_codes == "backward"
+
+    @property
+    def abc_swiglu_codes(self) -> bool:
+        """Whether a fused SwiGLU saves FP8 codes of its inputs (``abc_swiglu`` resolved:
+        ``"auto"`` is ``"fp8"`` under ``prefer="memory"``)."""
+        if self.abc_swiglu == "auto":
+            return self.prefer == "memory"
+        return self.abc_swiglu == "fp8"
 
     @property
     def rank(self) -> int:

@@ -20,7 +20,7 @@ import torch
 from hotcompile import lqs, numerics
 from hotcompile.hadamard import block_hadamard, padded
 from hotcompile.hla import hla_operand, hla_transform, patch_side, signed
-from hotcompile.quant import FP8_E4M3, code_dtype, hq_weight_quantizer
+from hotcompile.quant import FP8_E4M3, code_dtype, dequantize, hq_weight_quantizer
 from hotcompile.quant import quantize as _quantize
 
 
@@ -91,6 +91,23 @@ def _(x, bits, per_token, rounding, scale_mode):
         x.new_empty(x.shape, dtype=code_dtype(rounding)),
         x.new_empty((R if per_token else 1,), dtype=torch.float32),
     )
+
+
+@_op
+def dequantize_rows(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Float32 values of 2-D codes with one scale per row (:func:`hotcompile.quant.dequantize`).
+
+    An op, not ATen, for what the forward saves as codes (``HotConfig.abc_swiglu``): the
+    min-cut partitioner doubles the cost of saving a tensor whose readers it could fuse, and
+    with the dequantization fusible it saved the bf16 tensor the codes come from and
+    recomputed the codes in the backward instead (twice the bytes). Read by an opaque op the
+    codes count at their size. (On CUDA the SwiGLU kernel reads the codes itself.)"""
+    return dequantize(codes, scale)
+
+
+@dequantize_rows.register_fake
+def _(codes, scale):
+    return codes.new_empty(codes.shape, dtype=torch.float32)
 
 
 @_op

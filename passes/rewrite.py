@@ -634,7 +634,7 @@ def rewrite(
     if config.swiglu_hq:
         by_name = {p.name: i for i, p in enumerate(plans)}  # unique: _name numbers repeats
         for m in touched:
-            for gate, up in _fuse_swiglu(m):
+            for gate, up in _fuse_swiglu(m, config.abc_swiglu_codes):
                 what = f"SwiGLU backward ({gate} * {up})"
                 for i in (by_name[gate], by_name[up]):
                     plans[i] = dataclasses.replace(plans[i], gy_from=what)
@@ -665,11 +665,13 @@ def _hq_linear_spec(node: Any) -> LayerSpec | None:
     return spec if ok else None
 
 
-def _fuse_swiglu(gm: torch.fx.GraphModule) -> list[tuple[str, str]]:
+def _fuse_swiglu(gm: torch.fx.GraphModule, codes: bool = False) -> list[tuple[str, str]]:
     """``HotConfig.swiglu_hq``: each ``silu(gate(x)) * up(x)`` whose gate and up are HOT
     linear calls on one x with the same HQ settings becomes ``hot_swiglu(gate(x), up(x))``
     (:class:`hotcompile.autograd.HotSwiGLUFunction`), whose backward makes HQ's operands of
-    both gradients. Returns the fused pairs' layer names ``(gate, up)`` (also logged)."""
+    both gradients; ``codes``: it saves gate's and up's outputs as FP8 codes
+    (``HotConfig.abc_swiglu``). Returns the fused pairs' layer names ``(gate, up)`` (also
+    logged)."""
     fused = []
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in (operator.mul, torch.mul):
@@ -690,8 +692,8 @@ def _fuse_swiglu(gm: torch.fx.GraphModule) -> list[tuple[str, str]]:
                 continue
             spec, in_features = sg, _hint(x.shape[-1])
 
-            def call(a, b, spec=spec, in_features=in_features):
-                return hot_swiglu(a, b, spec, in_features)
+            def call(a, b, spec=spec, in_features=in_features, codes=codes):
+                return hot_swiglu(a, b, spec, in_features, codes)
 
             call.__name__ = call.__qualname__ = hot_swiglu.__name__
             node.target, node.args = call, (gate, up)

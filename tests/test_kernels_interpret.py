@@ -187,6 +187,21 @@ CHECK = textwrap.dedent("""
                 bad += not (torch.equal(c[:L].float(), q.to(dt).float())
                             and torch.equal(sc[:L], rs) and bool((sc[L:] == 0).all())
                             and r.item() == gy.float().abs().amax().view(torch.int32).item())
+        # abc_swiglu: a and b as the forward's FP8 codes with a scale per row; the kernel's
+        # gradients are the CPU path's (dequantized float32, autograd's formulas) to rounding
+        from hotcompile.lowering.hot import swiglu_backward, swiglu_codes
+        (qa, xa), (qb, xb) = swiglu_codes(a), swiglu_codes(b)
+        ga, gb = torch.empty_like(g), torch.empty_like(g)
+        ca, cb = (torch.empty((l_out, O), dtype=torch.float8_e4m3fn) for _ in range(2))
+        sa, sb = (torch.empty(l_out) for _ in range(2))
+        ra, rb = (torch.zeros(1, dtype=torch.int32) for _ in range(2))
+        launch_swiglu_hq(_swiglu_hq_kernel, qa, qb, g, ga, gb, ca, sa, cb, sb, ra, rb, 8,
+                         "fp8_e4m3", warps=4, a_scale=xa, b_scale=xb)
+        ea, eb, _, _ = swiglu_backward(qa, qb, g, 8, "fp8_e4m3", True, 16, xa, xb)
+        n += 3
+        bad += not (ea.dtype == ga.dtype == torch.bfloat16)
+        bad += not torch.allclose(ga.float(), ea.float(), rtol=1e-2, atol=1e-2)
+        bad += not torch.allclose(gb.float(), eb.float(), rtol=1e-2, atol=1e-2)
     print(f"{n - bad}/{n}")
 """)
 

@@ -33,14 +33,17 @@ class MLP(nn.Module):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
-def mlp_step(options: dict, device: str = "cpu") -> tuple[dict[str, torch.Tensor], int]:
-    """One compiled training step of :class:`MLP` under bf16 autocast, seed 0: the gradients
-    (of x and of every parameter) and the bytes the compiled graph saves for its backward.
-    Shared by the GPU tests and ``tools/repros/late_codes_grads.py``."""
+def mlp_step(
+    options: dict, device: str = "cpu", model_cls: type[nn.Module] | None = None
+) -> tuple[dict[str, torch.Tensor], int]:
+    """One compiled training step of :class:`MLP` (or ``model_cls``, 32 wide in) under bf16
+    autocast, seed 0: the gradients (of x and of every parameter) and the bytes the compiled
+    graph saves for its backward. Shared by the GPU tests and
+    ``tools/repros/late_codes_grads.py``."""
     from hotcompile import memory
 
     torch.manual_seed(0)
-    model = MLP().to(device)
+    model = (model_cls or MLP)().to(device)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="hot", options=options)
     x = torch.randn(4, 32, 32, device=device, requires_grad=True)
@@ -187,7 +190,8 @@ def saved_by_forward(
         from hotcompile.passes import rewrite
 
         rewrite(gm, backend.config, inputs)
-        return aot_decomp_partition(gm, inputs, partition_fn=partition)
+        modes = backend.config.abc_recompute_modes
+        return aot_decomp_partition(gm, inputs, partition_fn=partition, abc_recompute=modes)
 
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -908,7 +912,8 @@ def test_weight_codes_in_the_backward_saves_no_codes() -> None:
     anyway) instead of its codes: one byte per weight of every HOT layer less between the
     forward and the backward. (On the CPU the min-cut partitioner moves ATen weight codes
     into the backward by itself; a ``triton_op`` on CUDA it does not — ``test_lowering_gpu``
-    checks the compiled step.) ``weight_codes="auto"`` is ``"forward"``."""
+    checks the compiled step.) ``weight_codes="auto"`` is ``"backward"`` under
+    ``prefer="memory"`` only: casting and quantizing the weights again costs step time."""
     from hotcompile.autograd import LayerSpec, hot_linear
     from hotcompile.memory import saved_tensors
 
@@ -930,7 +935,8 @@ def test_weight_codes_in_the_backward_saves_no_codes() -> None:
         assert ((64, 32), torch.float32) in saved[True], saved  # W itself
         assert not any(d == torch.float8_e4m3fn and sh[0] == 32 for sh, d in saved[True]), saved
         assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True], strict=True))
-    # opt-in until the GPU checks the buffer-twin fix (README, "What is not done yet")
-    assert not hotcompile.HotConfig(prefer="memory").weight_codes_late
+    assert hotcompile.HotConfig(prefer="memory").weight_codes_late
+    assert not hotcompile.HotConfig(prefer="memory", weight_codes="forward").weight_codes_late
     assert not hotcompile.HotConfig().weight_codes_late
+    assert not hotcompile.HotConfig(prefer="paper").weight_codes_late
     assert hotcompile.HotConfig(weight_codes="backward").weight_codes_late

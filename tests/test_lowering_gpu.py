@@ -281,22 +281,47 @@ def test_native_forward_saves_the_weights_codes_not_the_weight() -> None:
 
 
 def test_native_abc_recompute_keeps_the_gradients() -> None:
-    """``abc_recompute="unary"`` on the native path (opt-in): fc2's ABC codes — a Triton
-    quantizer's, with its zeroed word buffer — are recomputed in the backward from fc1's
-    output (which GELU's backward keeps), so the forward saves fewer bytes, and the gradients
-    equal those of the codes saved, bit for bit. (The late weight codes, recomputed the same
-    way, differed under inductor before the class-wide ``tag_recompute_twins``: a kept forward
-    buffer or float rounding; written 2026-11-27 after the device time was spent: not yet
-    run.)"""
-    from test_lowering import mlp_step
+    """``abc_recompute="unary"`` on the native path (``prefer="memory"``'s): a SwiGLU's down
+    projection's ABC codes — a Triton quantizer's, with its zeroed word buffer — are
+    recomputed in the backward from gate's and up's outputs (which the SwiGLU backward reads
+    anyway), so the forward does not save them, and the gradients equal those of the codes
+    saved, bit for bit (the text recipe: max-abs scales, no order-dependent sums). (At
+    b4bb969 this test used the GELU MLP, whose fc2 codes the partitioner already left unsaved
+    without the tag, and failed on its byte count.)"""
+    from test_lowering import SwiGLU, mlp_step, saved_by_forward
 
-    def run(mode: str) -> tuple[dict[str, torch.Tensor], int]:
-        return mlp_step({"lowering": "native", "prefer": "paper", "abc_recompute": mode}, "cuda")
-
-    (kept, saved_kept), (again, saved_again) = run("off"), run("unary")
-    assert saved_again < saved_kept
+    base = {"lowering": "native", "prefer": "paper", "recipe": "text"}
+    down_codes = ((80, 64), torch.float8_e4m3fn)  # 80 tokens x down's 64 inputs, all rows
+    off = saved_by_forward({**base, "abc_recompute": "off"}, True, "cuda", SwiGLU)
+    unary = saved_by_forward({**base, "abc_recompute": "unary"}, True, "cuda", SwiGLU)
+    assert down_codes in off, off
+    assert down_codes not in unary, unary
+    kept, _ = mlp_step({**base, "abc_recompute": "off"}, "cuda", SwiGLU)
+    again, _ = mlp_step({**base, "abc_recompute": "unary"}, "cuda", SwiGLU)
     for k in kept:
         assert torch.equal(kept[k], again[k]), k
+
+
+def test_abc_swiglu_saves_the_codes_and_its_kernel_reads_them() -> None:
+    """``abc_swiglu="fp8"`` (``prefer="memory"``'s): the fused SwiGLU saves FP8 codes of gate's
+    and up's outputs, not the bf16 outputs, and the backward's kernel (which dequantizes them
+    per row) gives gradients close to the bf16 ones': the down projection's bit for bit (it
+    never reads them), gate's and up's within e4m3's rounding."""
+    from test_lowering import SwiGLU, mlp_step, saved_by_forward
+
+    base = {"lowering": "native", "prefer": "paper", "recipe": "text"}
+    off = saved_by_forward({**base, "abc_swiglu": "off"}, True, "cuda", SwiGLU)
+    fp8 = saved_by_forward({**base, "abc_swiglu": "fp8"}, True, "cuda", SwiGLU)
+    outputs = ((80, 64), torch.bfloat16)  # gate's and up's, 80 tokens x 64
+    assert [s for s in off if s == outputs] == [outputs] * 2, off
+    assert outputs not in fp8, fp8
+    assert [s for s in fp8 if s == ((80, 64), torch.float8_e4m3fn)], fp8
+    plain, _ = mlp_step({**base, "abc_swiglu": "off"}, "cuda", SwiGLU)
+    codes, _ = mlp_step({**base, "abc_swiglu": "fp8"}, "cuda", SwiGLU)
+    assert torch.equal(plain["down.weight"], codes["down.weight"])
+    for k in ("gate.weight", "up.weight", "x"):
+        rel = float((codes[k].float() - plain[k].float()).norm() / plain[k].float().norm())
+        assert rel < 0.1, (k, rel)
 
 
 def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> None:

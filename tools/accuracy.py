@@ -966,6 +966,9 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_vision": VARIANTS["hot_vision"],  # the defaults before issue 16: INT4 HQ + HLA signs
     "hot_paper": VARIANTS["hot_paper"],
     "hot_exact_gw": VARIANTS["hot_exact_gw"],
+    # memory first (every layer HOT as prefer="paper", and what prefer="memory" adds: weight
+    # codes made in the backward, ABC's codes recomputed, a SwiGLU's inputs as FP8 codes)
+    "hot_memory": {"prefer": "memory"},
     # ablations (not in the default run): which part of HOT costs the LM at this scale. All
     # pin recipe="vision" (they ran when it was the default); those with HLA pin
     # hla_signs=False: they ran when the low-pass was the default.

@@ -158,11 +158,22 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_swiglu_hq_cg": {"swiglu_hq": True, "mode": "reduce-overhead"},
     "hot_swiglu_unfused": {"swiglu_hq": False},
     "hot_swiglu_unfused_cg": {"swiglu_hq": False, "mode": "reduce-overhead"},
-    # memory first: HOT and ABC on every eligible layer (runs 29-32 at the time also made the
-    # weight codes in the backward, run 32 recomputed ABC's native codes too: hot_memory_all)
+    # memory first: HOT and ABC on every eligible layer; since run 33 with the weight codes made
+    # in the backward, ABC's native codes recomputed and the SwiGLU's inputs saved as FP8
+    # codes (their "auto"); the two variants after it take those back one by one
     "hot_memory": {"prefer": "memory"},
-    "hot_memory_all": {"prefer": "memory", "weight_codes": "backward", "abc_recompute": "unary"},
-    "hot_memory_fwd_codes": {"prefer": "memory", "weight_codes": "forward"},
+    "hot_memory_all": {
+        "prefer": "memory",
+        "weight_codes": "backward",
+        "abc_recompute": "unary",
+        "abc_swiglu": "off",
+    },  # fmt: skip
+    "hot_memory_fwd_codes": {
+        "prefer": "memory",
+        "weight_codes": "forward",
+        "abc_recompute": "off",
+        "abc_swiglu": "off",
+    },  # fmt: skip
     "hot_late_codes": {"weight_codes": "backward"},
     "hot_memory_views": {"prefer": "memory", "abc_recompute": "views"},
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
@@ -254,11 +265,12 @@ VARIANT_NOTES: dict[str, str] = {
     "backward is inductor's and gate's and up's HQ each read their g_y in a pass of their own",
     "hot_swiglu_unfused_cg": "as hot_cg, with swiglu_hq=False; judged against inductor_cg",
     "hot_memory": 'as hot, with prefer="memory": HOT and ABC on every eligible layer, whatever '
-    "the speed gate would say",
-    "hot_memory_all": 'as hot_memory, with the opt-in memory options: weight_codes="backward" '
-    "(the weight's codes made in the backward) and abc_recompute=\"unary\" (ABC's codes "
-    "re-derived in the backward where it can)",
-    "hot_memory_fwd_codes": 'as hot_memory, with weight_codes="forward" (the codes saved)',
+    "the speed gate would say; the weight codes made in the backward, ABC's codes re-derived "
+    "there where it can, a SwiGLU's inputs saved as FP8 codes",
+    "hot_memory_all": 'as hot_memory, with abc_swiglu="off" (run 33\'s hot_memory_all: the '
+    "SwiGLU's inputs saved in bf16)",
+    "hot_memory_fwd_codes": 'as hot_memory, with weight_codes="forward", abc_recompute="off" and '
+    'abc_swiglu="off" (prefer="memory" before run 33)',
     "hot_late_codes": 'as hot, with weight_codes="backward" (the gate\'s layers; nothing saved '
     "of their weights)",
     "hot_memory_views": 'as hot_memory, with abc_recompute="views" (run 32: with the weight '

@@ -51,12 +51,14 @@ def _hq_rows(
 @triton.jit
 def _swiglu_hq_kernel(
     a_ptr, b_ptr, g_ptr, ga_ptr, gb_ptr, ca_ptr, cb_ptr, sa_ptr, sb_ptr, ra_ptr, rb_ptr,
-    L, O, L_OUT, O_PAD, stride, stride_c,
+    xa_ptr, xb_ptr, L, O, L_OUT, O_PAD, stride, stride_c,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
-    BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr,
+    BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr, SCALED: tl.constexpr,
 ):  # fmt: skip
     """SwiGLU backward (``a``: gate's output, ``b``: up's, ``g``: the product's gradient) and
-    HQ's codes of both gradients, ``BLOCK_L`` whole rows per program."""
+    HQ's codes of both gradients, ``BLOCK_L`` whole rows per program. ``SCALED``: ``a`` and
+    ``b`` are FP8 codes saved by the forward (``HotConfig.abc_swiglu``), their values
+    ``code · scale`` with one float32 scale per row (``xa_ptr``, ``xb_ptr``)."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
     rows64 = rows.to(tl.int64)
@@ -65,6 +67,9 @@ def _swiglu_hq_kernel(
     off = rows64[:, None] * stride + cols[None, :]
     a = tl.load(a_ptr + off, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(b_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    if SCALED:
+        a = a * tl.load(xa_ptr + rows, mask=rows < L, other=0.0)[:, None]
+        b = b * tl.load(xb_ptr + rows, mask=rows < L, other=0.0)[:, None]
     g = tl.load(g_ptr + off, mask=mask, other=0.0).to(tl.float32)
     sig = tl.sigmoid(a)
     ga = (g * b * (sig * (1.0 + a * (1.0 - sig)))).to(ga_ptr.dtype.element_ty)
@@ -79,11 +84,12 @@ def _swiglu_hq_kernel(
 
 def supported(a: torch.Tensor, rounding: str) -> bool:
     """Shapes and settings the kernel takes: rows of a power-of-two width up to ONE_WALK (a
-    multiple of 16), unit column stride, 16-bit floats, the roundings HQ's kernel has."""
+    multiple of 16), unit column stride, 16-bit floats (or FP8 codes with row scales), the
+    roundings HQ's kernel has."""
     O = a.shape[-1]
     return (
         a.dim() == 2
-        and a.dtype in (torch.bfloat16, torch.float16)
+        and a.dtype in (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
         and 16 <= O <= ONE_WALK
         and O & (O - 1) == 0
         and rounding in ROUNDING_CODES
@@ -93,18 +99,22 @@ def supported(a: torch.Tensor, rounding: str) -> bool:
 
 def launch_swiglu_hq(
     kernel, a, b, g, ga, gb, ca, sa, cb, sb, raw_a, raw_b, bits: int, rounding: str,
-    block_l: int = 1, warps: int = WARPS,
+    block_l: int = 1, warps: int = WARPS, a_scale=None, b_scale=None,
 ) -> None:  # fmt: skip
     """Launch ``_swiglu_hq_kernel`` (or its ``wrap_triton``) over ``[L, O]`` rows into the
-    given outputs: ``ga``/``gb`` like ``a``; codes ``[L_out, O]`` and scales ``[L_out]``
+    given outputs: ``ga``/``gb`` like ``g``; codes ``[L_out, O]`` and scales ``[L_out]``
     (``L_out >= L``: padded rows get zero codes and scales); ``raw_a``/``raw_b`` zeroed int32
-    words. All row-major with a unit column stride, ``a``/``b``/``g`` with one row stride."""
+    words. All row-major with a unit column stride, ``a``/``b``/``g`` with one row stride.
+    ``a_scale``/``b_scale`` (both or neither): float32 ``[L]``, ``a``/``b`` then FP8 codes."""
     L, O = a.shape
     l_out = ca.shape[0]
     grid = (triton.cdiv(l_out, block_l),)
+    scaled = a_scale is not None
     kernel[grid](
-        a, b, g, ga, gb, ca, cb, sa, sb, raw_a, raw_b, L, O, l_out, O, a.stride(0), ca.stride(0),
+        a, b, g, ga, gb, ca, cb, sa, sb, raw_a, raw_b,
+        a_scale if scaled else sa, b_scale if scaled else sb,
+        L, O, l_out, O, a.stride(0), ca.stride(0),
         ROUNDING=ROUNDING_CODES[rounding],
         QMAX=int(FP8_MAX) if rounding == FP8_E4M3 else qmax(bits),
-        PM=PSEUDO_BITS[bits], BLOCK_L=block_l, BLOCK_O=O, num_warps=warps,
+        PM=PSEUDO_BITS[bits], BLOCK_L=block_l, BLOCK_O=O, SCALED=scaled, num_warps=warps,
     )  # fmt: skip

@@ -103,31 +103,58 @@ def swiglu_backward(
     rounding: str,
     fp8: bool,
     pad_rows_to: int,
+    a_scale: torch.Tensor | None = None,
+    b_scale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, tuple | None, tuple | None]:
     """The backward of ``silu(a) * b`` for its gradient ``g``: ``g_a, g_b``, and with each
     HQ's per-token operand as :func:`quantize_gy` with ``raw_amax`` gives it (codes, scales,
     raw max-abs word), made by the kernel that makes g_a / g_b
     (``hotcompile.kernels.swiglu_triton``) where it takes the rows; else ``None`` for both
     (the layers quantize their g_y themselves). ``a``, ``b``, ``g``: ``[..., O]``, one shape.
+    ``a_scale``/``b_scale`` (``HotConfig.abc_swiglu``): ``a`` and ``b`` are the forward's FP8
+    codes of gate's and up's outputs, ``[rows, O]``, one float32 scale per row
+    (:func:`swiglu_codes`).
 
     The formulas are autograd's (``silu_backward(g·b, a)`` and ``g·silu(a)``): on the CPU
-    the same ATen, on CUDA the kernel's float32 arithmetic rounded once to ``a``'s dtype (the
-    H100 found g_a one ulp off inductor's in 0.0014% of the values)."""
-    O = a.shape[-1]
-    a2, b2, g2 = (t.reshape(-1, O) for t in (a, b, g))
-    fused = use_triton(a2) and a2.shape[0] > 0 and a.dtype == b.dtype == g.dtype
+    the same ATen, on CUDA the kernel's float32 arithmetic rounded once to ``g``'s dtype (the
+    H100 found g_a one ulp off inductor's in 0.0014% of the values). Codes are dequantized to
+    float32 (:func:`hotcompile.quant.dequantize`) before either."""
+    O = g.shape[-1]
+    scaled = a_scale is not None
+    # (codes come 2-D and are passed on as they are: a view between them and the op that
+    # reads them would make the partitioner recompute them; see ops.dequantize_rows)
+    a2, b2 = (a, b) if scaled else (a.reshape(-1, O), b.reshape(-1, O))
+    g2 = g.reshape(-1, O)
+    fused = use_triton(a2) and a2.shape[0] > 0 and a.dtype == b.dtype
+    fused = fused and (scaled or a.dtype == g.dtype)
     if fused:
         from hotcompile.kernels import swiglu_triton  # imports Triton: CUDA only
 
         fused = swiglu_triton.supported(a2, rounding)
     if fused:
         ga, gb, ca, sa, ra, cb, sb, rb = _triton_ops().swiglu_backward_hq(
-            _plain(a2), _plain(b2), _plain(g2), bits, rounding, fp8, pad_rows_to
-        )
-        return ga.view(a.shape), gb.view(a.shape), (ca, sa, ra), (cb, sb, rb)
+            _plain(a2), _plain(b2), _plain(g2), bits, rounding, fp8, pad_rows_to,
+            a_scale, b_scale,
+        )  # fmt: skip
+        return ga.view(g.shape), gb.view(g.shape), (ca, sa, ra), (cb, sb, rb)
+    if scaled:
+        import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
+
+        a = torch.ops.hotcompile.dequantize_rows(a2, a_scale).view(g.shape)
+        b = torch.ops.hotcompile.dequantize_rows(b2, b_scale).view(g.shape)
+        ga = torch.ops.aten.silu_backward(g * b, a).to(g.dtype)
+        return ga, (g * torch.nn.functional.silu(a)).to(g.dtype), None, None
     ga = torch.ops.aten.silu_backward(g * b, a)
     gb = g * torch.nn.functional.silu(a)
     return ga, gb, None, None
+
+
+def swiglu_codes(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the forward saves of a gated MLP's gate or up output under
+    ``HotConfig.abc_swiglu="fp8"``: e4m3 codes ``[rows, O]`` and one max-abs/448 float32
+    scale per row (a token), :func:`hotcompile.quant.quantize`'s per-token FP8 — ATen, so that
+    inductor computes it in the kernels that read ``t`` anyway."""
+    return quantize(t.reshape(-1, t.shape[-1]), 8, True, FP8_E4M3)
 
 
 def quantize_weight(

@@ -111,18 +111,22 @@ def swiglu_backward_hq(
     rounding: str,
     fp8: bool,
     pad_rows_to: int,
+    a_scale: torch.Tensor | None = None,
+    b_scale: torch.Tensor | None = None,
 ) -> tuple[
     torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
     torch.Tensor, torch.Tensor,
 ]:  # fmt: skip
     """The SwiGLU backward of ``silu(a) * b`` for the product's gradient ``g`` (all ``[L, O]``)
     and HQ's per-token codes of both gradients (``hotcompile.kernels.swiglu_triton``):
-    ``g_a, g_b``, then for each of them what :func:`hq_quantize` returns with ``raw_amax``
-    (codes ``[padded(L, pad_rows_to), O]``, scales, the raw max-abs word). One launch."""
+    ``g_a, g_b`` (``g``'s dtype), then for each of them what :func:`hq_quantize` returns with
+    ``raw_amax`` (codes ``[padded(L, pad_rows_to), O]``, scales, the raw max-abs word). One
+    launch. ``a_scale``/``b_scale``: ``a`` and ``b`` are FP8 codes with these float32 row
+    scales (``HotConfig.abc_swiglu``)."""
     a, b, g = (t if t.is_contiguous() else t.contiguous() for t in (a, b, g))
     L, O = a.shape
     l_out = padded(L, pad_rows_to)
-    ga, gb = torch.empty_like(a), torch.empty_like(a)
+    ga, gb = torch.empty_like(g), torch.empty_like(g)
     ca = torch.empty((l_out, O), dtype=_code_dtype(fp8), device=a.device)
     cb = torch.empty((l_out, O), dtype=_code_dtype(fp8), device=a.device)
     sa = torch.empty((l_out,), dtype=torch.float32, device=a.device)
@@ -130,6 +134,21 @@ def swiglu_backward_hq(
     ra = torch.zeros((1,), dtype=torch.int32, device=a.device)
     rb = torch.zeros((1,), dtype=torch.int32, device=a.device)
     launch_swiglu_hq(
-        wrap_triton(_swiglu_hq_kernel), a, b, g, ga, gb, ca, sa, cb, sb, ra, rb, bits, rounding
+        wrap_triton(_swiglu_hq_kernel),
+        a,
+        b,
+        g,
+        ga,
+        gb,
+        ca,
+        sa,
+        cb,
+        sb,
+        ra,
+        rb,
+        bits,
+        rounding,
+        a_scale=a_scale,
+        b_scale=b_scale,
     )
     return ga, gb, ca, sa, ra, cb, sb, rb

@@ -49,6 +49,10 @@
 #       late_codes_grads.py, the two GPU tests that judge them, then the Llama step with
 #       inductor / hot / hot_memory / hot_memory_all / torchao. If the gradients are equal,
 #       weight_codes and abc_recompute "auto" may turn them on under prefer="memory".
+# swiglu_codes: (twenty-first session) abc_swiglu="fp8" and prefer="memory"'s new "auto"
+#       (late weight codes, native ABC recompute, the SwiGLU's inputs as FP8 codes): the GPU
+#       tests that judge them, then the Llama step inductor / hot / hot_memory /
+#       hot_memory_all (run 33's: SwiGLU inputs in bf16) / torchao, with saved_groups.
 # cpp_probe: (run in diag, twentieth session: every setting failed) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -201,6 +205,19 @@ elif [ "$part" = next ]; then
   timeout $(( 570-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
     --variants inductor,hot,hot_memory,hot_memory_all,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+elif [ "$part" = swiglu_codes ]; then
+  timeout 200 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
+    -k "abc_recompute or abc_swiglu or weight_codes or swiglu" > $OUT/test_lowering_gpu_memory.log 2>&1
+  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_memory.log
+  timeout $(( 575-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
+    --variants inductor,hot,hot_memory,hot_memory_all,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+  OUT=$OUT python3 - <<'PY'
+import json, os
+d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
+for name, v in d["models"][0]["variants"].items():
+    print(name, [(g["shape"], g["dtype"], g["count"], round(g["bytes"] / 2**20)) for g in v.get("saved_groups", [])[:8]])
+PY
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log

@@ -1,0 +1,90 @@
+"""``HotConfig.abc_swiglu``: a fused SwiGLU (``swiglu_hq``) saves FP8 codes of its gate and up
+outputs, a scale per token, instead of the outputs themselves — ABC's idea applied to the
+largest tensors a Llama block saves (the GPU kernel that reads the codes:
+``tests/test_kernels_interpret.py`` on the CPU, ``tests/test_lowering_gpu.py`` on CUDA)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_abc_recompute import SwiGLU, _run
+
+from hotcompile import HotConfig, HotConfigError
+from hotcompile.lowering.hot import swiglu_codes
+from hotcompile.quant import dequantize
+
+NATIVE = {"lowering": "native", "prefer": "paper"}
+
+
+def test_codes_are_per_token_e4m3_within_its_rounding():
+    """Each element comes back within e4m3's half-ulp (2^-4 relative) or, below e4m3's
+    normal range, its subnormal step (2^-9 of the row's scale); a row's max-abs exactly."""
+    torch.manual_seed(0)
+    t = torch.randn(64, 256, dtype=torch.bfloat16) * torch.logspace(-3, 2, 64)[:, None]
+    codes, scale = swiglu_codes(t.reshape(4, 16, 256))
+    assert codes.dtype == torch.float8_e4m3fn and codes.shape == (64, 256)
+    assert scale.dtype == torch.float32 and scale.shape == (64,)
+    back, tf = dequantize(codes, scale), t.float()
+    err = (back - tf).abs()
+    assert bool((err <= tf.abs() * 2.0**-4 + scale[:, None] * 2.0**-10).all())
+    rows = torch.arange(64)
+    top = tf.abs().argmax(dim=1)
+    torch.testing.assert_close(back[rows, top].abs(), tf[rows, top].abs(), rtol=1e-6, atol=0)
+
+
+def test_the_forward_saves_half_the_bytes_of_gate_and_up():
+    """float32 here: gate's and up's outputs (64 tokens x 128) are 4 bytes each, their codes
+    1 byte plus a 4-byte scale per token. The down projection's gradients do not read them
+    (bit-equal); gate's and up's carry e4m3's rounding of a and b: within a few percent of
+    the uncompressed ones', and no further from the exact backward. Inductor's partition
+    saves the same with the codes (it recomputes a little more than aot_eager's without)."""
+    x = torch.randn(2, 32, 64)
+    saved = {}
+    for compiler in ("aot_eager", "inductor"):
+        grads_off, saved_off = _run(SwiGLU, x, "off", compiler, {**NATIVE, "abc_swiglu": "off"})
+        grads_fp8, saved[compiler] = _run(
+            SwiGLU, x, "off", compiler, {**NATIVE, "abc_swiglu": "fp8"}
+        )
+        grads_exact, _ = _run(SwiGLU, x, "off", compiler, {"exact": True})
+        rows, hidden = 64, 128
+        if compiler == "aot_eager":
+            gone = 2 * (rows * hidden * 4 - rows * hidden - rows * 4)
+            assert saved_off - saved[compiler] == gone
+        names = [n for n, _ in SwiGLU().named_parameters()]
+        for name, off, fp8, exact in zip(names, grads_off, grads_fp8, grads_exact, strict=True):
+            if name.startswith("down"):
+                assert torch.equal(off, fp8), name
+                continue
+            assert float((fp8 - off).norm() / off.norm()) < 0.1, name
+            err_off = float((off - exact).norm() / exact.norm())
+            err_fp8 = float((fp8 - exact).norm() / exact.norm())
+            assert err_fp8 < 1.05 * err_off + 0.01, (name, err_off, err_fp8)
+    assert saved["inductor"] == saved["aot_eager"]
+
+
+def test_auto_is_fp8_under_prefer_memory_only():
+    assert HotConfig(prefer="memory").abc_swiglu_codes
+    assert not HotConfig().abc_swiglu_codes
+    assert not HotConfig(prefer="paper").abc_swiglu_codes
+    assert not HotConfig(prefer="memory", abc_swiglu="off").abc_swiglu_codes
+    assert HotConfig(abc_swiglu="fp8").abc_swiglu_codes
+    with pytest.raises(HotConfigError, match="abc_swiglu.*'auto', 'fp8', 'off'"):
+        HotConfig.from_options({"abc_swiglu": "int8"})
+
+
+def test_under_autocast_the_partitioner_saves_the_codes_not_the_outputs():
+    """The Llama's case (bf16 autocast): min-cut doubles the cost of saving a tensor whose
+    readers it can fuse, and with an ATen dequantization it saved gate's and up's bf16
+    outputs and recomputed the codes in the backward. The codes are read by an opaque op
+    (``hotcompile.ops.dequantize_rows``; on CUDA the SwiGLU kernel), so they are what is
+    saved — with down's ABC codes, which can no longer be recomputed from the outputs."""
+    from test_lowering import SwiGLU as Small
+    from test_lowering import saved_by_forward
+
+    base = {**NATIVE, "recipe": "text"}
+    off = saved_by_forward({**base, "abc_swiglu": "off"}, True, "cpu", Small)
+    fp8 = saved_by_forward({**base, "abc_swiglu": "fp8"}, True, "cpu", Small)
+    outputs, codes = ((80, 64), torch.bfloat16), ((80, 64), torch.float8_e4m3fn)
+    assert off.count(outputs) == 2 and codes not in off, off
+    assert outputs not in fp8 and fp8.count(codes) == 3, fp8
+    assert fp8.count(((80,), torch.float32)) == 2, fp8  # a scale per token, a and b
