@@ -349,6 +349,20 @@ def _abc_group() -> contextlib.AbstractContextManager[None]:
     return _traced_meta("custom", {**custom, ABC_GROUP: next(_abc_groups)})
 
 
+#: the key, in a traced node's ``meta["custom"]``, of the nodes that make codes the forward
+#: saves in place of their input (``HotConfig.abc_swiglu``): they read that input for the
+#: forward only (``hotcompile.passes.abc_recompute`` does not count them as the backward's)
+SAVED_CODES = "hotcompile_codes"
+
+
+def _saved_codes() -> contextlib.AbstractContextManager[None]:
+    """Mark the graph nodes traced inside as making codes saved in place of their input."""
+    from torch.fx import traceback as fx_traceback
+
+    custom = fx_traceback.current_meta.get("custom") or {}
+    return _traced_meta("custom", {**custom, SAVED_CODES: True})
+
+
 def _autocast_dtype(t: torch.Tensor) -> torch.dtype | None:
     """The dtype autocast runs this device's GEMMs in, when it is on."""
     dev = t.device.type
@@ -572,7 +586,9 @@ class HotSwiGLUFunction(torch.autograd.Function):
     def forward(ctx, a, b, spec: LayerSpec, in_features: int, codes: bool = False):
         ctx.spec, ctx.in_features, ctx.codes = spec, in_features, codes
         if codes:
-            ctx.save_for_backward(*native.swiglu_codes(a), *native.swiglu_codes(b))
+            with _saved_codes():
+                saved = (*native.swiglu_codes(a), *native.swiglu_codes(b))
+            ctx.save_for_backward(*saved)
         else:
             ctx.save_for_backward(a, b)
         return F.silu(a) * b

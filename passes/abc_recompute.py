@@ -166,6 +166,7 @@ def tag_abc_recompute(graph: fx.Graph, mode: str | tuple[str, str] = "unary") ->
         return []
     bw = _backward_nodes(graph)
     fw = _forward_nodes(graph, bw)
+    codes = _saved_codes_nodes(graph)
     tagged = []
     for x, members, native in compressions:
         mode_here = modes[1] if native else modes[0]
@@ -175,13 +176,31 @@ def tag_abc_recompute(graph: fx.Graph, mode: str | tuple[str, str] = "unary") ->
         if region is None:
             continue
         inside, leaves = region
-        skip = set(members)
+        skip = set(members) | codes
         if not all(_read_by_backward(leaf, fw, set(inside), skip) for leaf in leaves):
             continue
         for n in [*inside, *members]:
             n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         tagged.append(members[0].name)
     return tagged
+
+
+def _saved_codes_nodes(graph: fx.Graph) -> set[fx.Node]:
+    """The forward's nodes that make codes saved in place of their input
+    (:data:`hotcompile.autograd.SAVED_CODES`: a SwiGLU's gate and up outputs under
+    ``abc_swiglu="fp8"``). They are outside the forward's outputs' computation, so without
+    this they would count as the backward reading that input: down's ABC codes were then
+    recomputed from the bf16 outputs, which were saved again (H100 Llama, 2026-11-27). The
+    backward's nodes carry the same mark (AOT copies it from the forward node of their
+    autograd sequence number) and are left out."""
+    from hotcompile.autograd import SAVED_CODES
+
+    return {
+        n
+        for n in graph.nodes
+        if (n.meta.get("custom") or {}).get(SAVED_CODES)
+        and n.meta.get("partitioner_tag") == "is_forward"
+    }
 
 
 def _compressions(graph: fx.Graph) -> list[tuple[fx.Node, list[fx.Node], bool]]:

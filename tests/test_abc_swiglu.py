@@ -77,14 +77,19 @@ def test_under_autocast_the_partitioner_saves_the_codes_not_the_outputs():
     readers it can fuse, and with an ATen dequantization it saved gate's and up's bf16
     outputs and recomputed the codes in the backward. The codes are read by an opaque op
     (``hotcompile.ops.dequantize_rows``; on CUDA the SwiGLU kernel), so they are what is
-    saved — with down's ABC codes, which can no longer be recomputed from the outputs."""
+    saved — with down's ABC codes, which can no longer be recomputed from the outputs.
+    ``prefer="memory"`` (``abc_recompute="unary"`` too): the codes' own computation reads
+    the outputs outside the forward's outputs' ancestry; counted as the backward reading
+    them, down's codes were tagged for recompute and the bf16 outputs saved again (H100
+    Llama, 2026-11-27: the same saved bytes with and without the codes)."""
     from test_lowering import SwiGLU as Small
     from test_lowering import saved_by_forward
 
-    base = {**NATIVE, "recipe": "text"}
-    off = saved_by_forward({**base, "abc_swiglu": "off"}, True, "cpu", Small)
-    fp8 = saved_by_forward({**base, "abc_swiglu": "fp8"}, True, "cpu", Small)
     outputs, codes = ((80, 64), torch.bfloat16), ((80, 64), torch.float8_e4m3fn)
-    assert off.count(outputs) == 2 and codes not in off, off
-    assert outputs not in fp8 and fp8.count(codes) == 3, fp8
-    assert fp8.count(((80,), torch.float32)) == 2, fp8  # a scale per token, a and b
+    for prefer in ("paper", "memory"):
+        base = {"lowering": "native", "prefer": prefer, "recipe": "text"}
+        off = saved_by_forward({**base, "abc_swiglu": "off"}, True, "cpu", Small)
+        fp8 = saved_by_forward({**base, "abc_swiglu": "fp8"}, True, "cpu", Small)
+        assert off.count(outputs) == 2 and codes not in off, (prefer, off)
+        assert outputs not in fp8 and fp8.count(codes) == 3, (prefer, fp8)
+        assert fp8.count(((80,), torch.float32)) == 2, (prefer, fp8)  # a scale per token
