@@ -53,6 +53,10 @@
 #       (late weight codes, native ABC recompute, the SwiGLU's inputs as FP8 codes): the GPU
 #       tests that judge them, then the Llama step inductor / hot / hot_memory /
 #       hot_memory_all (run 33's: SwiGLU inputs in bf16) / torchao, with saved_groups.
+# memory_acc: (twenty-first session) prefer="memory" on real data: issue 16's ~127M HF Llama
+#       on the stdlib's bytes (tools/accuracy.py --gpu-lm --arch llama), bf16 / hot seed 0 and
+#       hot_memory seeds 0 and 1, four processes sharing the GPU; then ViT-B/16's step with
+#       inductor / hot / hot_memory / torchao (peak memory under prefer="memory").
 # cpp_probe: (run in diag, twentieth session: every setting failed) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -218,6 +222,16 @@ d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
 for name, v in d["models"][0]["variants"].items():
     print(name, [(g["shape"], g["dtype"], g["count"], round(g["bytes"] / 2**20)) for g in v.get("saved_groups", [])[:8]])
 PY
+elif [ "$part" = memory_acc ]; then
+  for spec in "bf16 0" "hot 0" "hot_memory 0" "hot_memory 1"; do
+    set -- $spec
+    timeout 400 python3 tools/accuracy.py --gpu-lm --arch llama --no-progress --fresh --seeds 1 \
+      --first-seed $2 --variants $1 --deadline 0 --out $OUT/acc/$1_s$2 > $OUT/acc_$1_s$2.log 2>&1 &
+  done
+  wait; echo "accuracy $(( $(date +%s)-T0 ))s"; grep -h "val_loss" $OUT/acc_*.log | grep seed
+  timeout $(( 585-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models vit_b16 --profile 0 --steps 10 \
+    --variants inductor,hot,hot_memory,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
