@@ -19,8 +19,9 @@ of a transformer block) are recomputed from it, trading an activation and an
 activations 0.76× → 0.70× of inductor's, step +1.6% under CUDA graphs). ``"views"`` follows
 view/copy chains only (a copy at most in the backward); ``"off"`` keeps the partitioner's own
 choice everywhere. ``HotConfig.abc_recompute="auto"`` (the default) is ``"unary"`` on the
-ops path and ``"off"`` on the native path, where recomputing moves Triton quantizers into the
-backward and is opt-in until a GPU run checks it (``HotConfig.abc_recompute_modes``). On
+ops path and, on the native path, where recomputing moves Triton quantizers into the
+backward (step time), ``"unary"`` under ``prefer="memory"`` and ``"off"`` otherwise
+(``HotConfig.abc_recompute_modes``). On
 the native path a compression is several nodes (a max-abs in ATen, Triton kernel calls),
 found by the number ``hotcompile.autograd`` writes in their ``meta["custom"]`` while it
 traces them.

@@ -636,6 +636,8 @@ def rewrite(
         for m in touched:
             for gate, up in _fuse_swiglu(m, config.abc_swiglu_codes):
                 what = f"SwiGLU backward ({gate} * {up})"
+                if config.abc_swiglu_codes:
+                    what += ", which saves both outputs as FP8 codes (abc_swiglu)"
                 for i in (by_name[gate], by_name[up]):
                     plans[i] = dataclasses.replace(plans[i], gy_from=what)
     for m in touched:

@@ -93,3 +93,16 @@ def test_under_autocast_the_partitioner_saves_the_codes_not_the_outputs():
         assert off.count(outputs) == 2 and codes not in off, (prefer, off)
         assert outputs not in fp8 and fp8.count(codes) == 3, (prefer, fp8)
         assert fp8.count(((80,), torch.float32)) == 2, (prefer, fp8)  # a scale per token
+
+
+def test_the_report_says_the_swiglu_saves_codes():
+    from test_lowering import SwiGLU as Small
+
+    from hotcompile.report import report
+
+    opts = {"recipe": "text", "prefer": "memory", "lowering": "native"}
+    rows = {r["name"]: r for r in report(Small(), [(2, 8, 32)], opts).to_json()["layers"]}
+    assert "FP8 codes (abc_swiglu)" in rows["gate"]["gy_from"], rows["gate"]
+    opts["abc_swiglu"] = "off"
+    rows = {r["name"]: r for r in report(Small(), [(2, 8, 32)], opts).to_json()["layers"]}
+    assert rows["gate"]["gy_from"] == "SwiGLU backward (gate * up)"

@@ -329,7 +329,7 @@ def test_abc_swiglu_saves_the_codes_and_its_kernel_reads_them() -> None:
 
 
 def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> None:
-    """``weight_codes="backward"`` (opt-in): the forward saves
+    """``weight_codes="backward"`` (``prefer="memory"``'s): the forward saves
     no weight codes and no bf16 copy of a weight (the backward reads the fp32 parameter, alive
     anyway, and quantizes it there); the gradients are the forward codes' bit for bit where the
     weight's scale is exact (max-abs: the text recipe) and as close to the exact backward as
