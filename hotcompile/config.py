@@ -406,6 +406,12 @@ class HotConfig:
         choice("abc_max_abs", ABC_MAX_ABS)
         choice("weight_codes", WEIGHT_CODES)
         choice("abc_swiglu", ABC_SWIGLU)
+        if self.abc_swiglu == "fp8" and not self.swiglu_hq:
+            raise bad(
+                "abc_swiglu",
+                "fp8",
+                "the codes are saved by the fused SwiGLU: needs swiglu_hq=True",
+            )
         choice("compiler", COMPILERS)
         choice("check_nonfinite", NONFINITE_CHECKS)
         choice("kernels", KERNEL_IMPLS)
@@ -494,7 +500,7 @@ class HotConfig:
         """Whether a fused SwiGLU saves FP8 codes of its inputs (``abc_swiglu`` resolved:
         ``"auto"`` is ``"fp8"`` under ``prefer="memory"``)."""
         if self.abc_swiglu == "auto":
-            return self.prefer == "memory"
+            return self.prefer == "memory" and self.swiglu_hq
         return self.abc_swiglu == "fp8"
 
     @property

@@ -70,6 +70,9 @@ def test_auto_is_fp8_under_prefer_memory_only():
     assert HotConfig(abc_swiglu="fp8").abc_swiglu_codes
     with pytest.raises(HotConfigError, match="abc_swiglu.*'auto', 'fp8', 'off'"):
         HotConfig.from_options({"abc_swiglu": "int8"})
+    with pytest.raises(HotConfigError, match="abc_swiglu.*needs swiglu_hq=True"):
+        HotConfig(abc_swiglu="fp8", swiglu_hq=False)
+    assert not HotConfig(prefer="memory", swiglu_hq=False).abc_swiglu_codes
 
 
 def test_under_autocast_the_partitioner_saves_the_codes_not_the_outputs():
