@@ -75,6 +75,29 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/n
 export PYTHONPATH=$PWD:/tmp/site HOTCOMPILE_CACHE=/tmp/hc HOTCOMPILE_COMMIT=${COMMIT:-unknown}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
 T0=$(date +%s)
+# the memory options' GPU tests: $1 s, pytest -k "$2"
+memory_tests() {
+  timeout $1 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider -k "$2" \
+    > $OUT/test_lowering_gpu_memory.log 2>&1
+  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_memory.log
+}
+# the Llama step, inductor / hot / hot_memory / hot_memory_all / torchao, done by $1 s
+llama_memory_bench() {
+  timeout $(( $1-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models llama \
+    --profile 0 --steps 10 --variants inductor,hot,hot_memory,hot_memory_all,torchao_float8 \
+    --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+}
+# what each bench variant's saved bytes are made of (its first $1 shape/dtype groups, MiB)
+saved_groups() {
+  OUT=$OUT N=$1 python3 - <<'PY'
+import json, os
+d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
+for name, v in d["models"][0]["variants"].items():
+    groups = v.get("saved_groups", [])[: int(os.environ["N"])]
+    print(name, [(g["shape"], g["dtype"], g["count"], round(g["bytes"] / 2**20)) for g in groups])
+PY
+}
 if [ "$part" = abc ]; then
   timeout 170 python3 -m pytest tests/test_lowering_gpu.py -q -x -p no:cacheprovider \
     -k "abc_of_one_x or written_once or shared_gy or saves_the_weights_codes" > $OUT/tests.log 2>&1
@@ -169,12 +192,7 @@ elif [ "$part" = memory2 ]; then
   timeout 400 python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
     --variants inductor,hot,hot_memory,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
-  OUT=$OUT python3 - <<'PY'
-import json, os
-d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
-for name, v in d["models"][0]["variants"].items():
-    print(name, [(g["shape"], g["dtype"], g["count"], round(g["bytes"] / 2**20)) for g in v.get("saved_groups", [])[:10]])
-PY
+  saved_groups 10
 elif [ "$part" = diag ]; then
   timeout 90 python3 tools/repros/late_codes_partition.py > $OUT/late_codes_partition.txt 2>&1
   echo "diag rc=$? $(( $(date +%s)-T0 ))s"; grep -A12 "^SAVED" $OUT/late_codes_partition.txt
@@ -184,12 +202,7 @@ elif [ "$part" = recompute ]; then
   timeout 480 python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
     --variants inductor,hot,hot_unary,hot_memory,hot_memory_views,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
-  OUT=$OUT python3 - <<'PY'
-import json, os
-d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
-for name, v in d["models"][0]["variants"].items():
-    print(name, [(g["shape"], g["dtype"], g["count"], round(g["bytes"] / 2**20)) for g in v.get("saved_groups", [])[:8]])
-PY
+  saved_groups 8
   timeout $(( 570-$(date +%s)+T0 )) python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
     -k "weight_codes or saves_the_weights_codes" > $OUT/test_lowering_gpu_codes.log 2>&1
   echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_codes.log
@@ -203,25 +216,12 @@ elif [ "$part" = final ]; then
 elif [ "$part" = next ]; then
   TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 timeout 240 python3 tools/repros/late_codes_grads.py > $OUT/late_codes_grads.txt 2>&1
   echo "grads rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^(aot_eager|inductor)|relative error" $OUT/late_codes_grads.txt
-  timeout 120 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
-    -k "weight_codes or abc_recompute or saves_the_weights_codes" > $OUT/test_lowering_gpu_memory.log 2>&1
-  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_memory.log
-  timeout $(( 570-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
-    --variants inductor,hot,hot_memory,hot_memory_all,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
-  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+  memory_tests 120 "weight_codes or abc_recompute or saves_the_weights_codes"
+  llama_memory_bench 570
 elif [ "$part" = swiglu_codes ]; then
-  timeout 200 python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
-    -k "abc_recompute or abc_swiglu or weight_codes or swiglu" > $OUT/test_lowering_gpu_memory.log 2>&1
-  echo "tests rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_lowering_gpu_memory.log
-  timeout $(( 575-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
-    --variants inductor,hot,hot_memory,hot_memory_all,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
-  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
-  OUT=$OUT python3 - <<'PY'
-import json, os
-d = json.load(open(os.environ["OUT"] + "/bench/bench_train.json"))
-for name, v in d["models"][0]["variants"].items():
-    print(name, [(g["shape"], g["dtype"], g["count"], round(g["bytes"] / 2**20)) for g in v.get("saved_groups", [])[:8]])
-PY
+  memory_tests 200 "abc_recompute or abc_swiglu or weight_codes or swiglu"
+  llama_memory_bench 575
+  saved_groups 8
 elif [ "$part" = memory_acc ]; then
   for spec in "bf16 0" "hot 0" "hot_memory 0" "hot_memory 1"; do
     set -- $spec
