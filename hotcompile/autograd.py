@@ -330,6 +330,15 @@ def _recomputed() -> contextlib.AbstractContextManager[None]:
     return _traced_meta("recompute", CheckpointPolicy.MUST_RECOMPUTE)
 
 
+def _traced_custom(key: str, value: Any) -> contextlib.AbstractContextManager[None]:
+    """:func:`_traced_meta` of ``meta["custom"][key] = value``, the field user annotations
+    use, kept alongside them."""
+    from torch.fx import traceback as fx_traceback
+
+    custom = fx_traceback.current_meta.get("custom") or {}
+    return _traced_meta("custom", {**custom, key: value})
+
+
 #: the key, in a traced node's ``meta["custom"]``, of the native ABC compression it belongs to
 #: (one number per call): ``hotcompile.passes.abc_recompute`` finds the compressions by it
 ABC_GROUP = "hotcompile_abc"
@@ -342,11 +351,8 @@ def _abc_group() -> contextlib.AbstractContextManager[None]:
     On the ops path a compression is one ``hotcompile.abc_compress`` node, which the joint
     pass recognises; on the native path it is several (a max-abs written as ATen, the
     ``triton_op``'s kernel calls, their buffers), so each new node gets
-    ``meta["custom"][ABC_GROUP]`` (the field user annotations use, kept alongside them)."""
-    from torch.fx import traceback as fx_traceback
-
-    custom = fx_traceback.current_meta.get("custom") or {}
-    return _traced_meta("custom", {**custom, ABC_GROUP: next(_abc_groups)})
+    ``meta["custom"][ABC_GROUP]``."""
+    return _traced_custom(ABC_GROUP, next(_abc_groups))
 
 
 #: the key, in a traced node's ``meta["custom"]``, of the nodes that make codes the forward
@@ -357,10 +363,7 @@ SAVED_CODES = "hotcompile_codes"
 
 def _saved_codes() -> contextlib.AbstractContextManager[None]:
     """Mark the graph nodes traced inside as making codes saved in place of their input."""
-    from torch.fx import traceback as fx_traceback
-
-    custom = fx_traceback.current_meta.get("custom") or {}
-    return _traced_meta("custom", {**custom, SAVED_CODES: True})
+    return _traced_custom(SAVED_CODES, True)
 
 
 def _autocast_dtype(t: torch.Tensor) -> torch.dtype | None:

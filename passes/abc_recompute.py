@@ -21,10 +21,9 @@ view/copy chains only (a copy at most in the backward); ``"off"`` keeps the part
 choice everywhere. ``HotConfig.abc_recompute="auto"`` (the default) is ``"unary"`` on the
 ops path and, on the native path, where recomputing moves Triton quantizers into the
 backward (step time), ``"unary"`` under ``prefer="memory"`` and ``"off"`` otherwise
-(``HotConfig.abc_recompute_modes``). On
-the native path a compression is several nodes (a max-abs in ATen, Triton kernel calls),
-found by the number ``hotcompile.autograd`` writes in their ``meta["custom"]`` while it
-traces them.
+(``HotConfig.abc_recompute_modes``). On the native path a compression is several nodes (a
+max-abs in ATen, Triton kernel calls), found by the number ``hotcompile.autograd`` writes in
+their ``meta["custom"]`` while it traces them.
 
 Runs as inductor's ``joint_custom_post_pass`` (and before min-cut in
 ``hotcompile.backend.aot_decomp_partition``, so the graph-diff tool shows the same split).
@@ -247,10 +246,10 @@ def tag_recompute_twins(graph: fx.Graph) -> list[str]:
     the parameter's cast to the autocast dtype, the very op autocast's forward GEMM reads, and
     every Triton quantizer zero-fills a small word buffer (``full``) for its atomics, as the
     forward's do. Kept untagged, the forward's cast was saved (the bf16 copy of every weight:
-    two bytes a weight where the codes were one); and the late INT4 codes differed from the
-    forward's under inductor, not under aot_eager nor with max-abs codes (H100, 2026-11-27),
-    which a kept forward word buffer would explain (so would SAWB's scale from atomic float
-    sums, whose order may change between launches; not yet told apart).
+    two bytes a weight where the codes were one). (The late INT4 codes also differed from the
+    forward's under inductor on the H100; a kept word buffer would have explained it, but the
+    forward codes compiled twice differ as much: SAWB's atomic float sums in launch order,
+    ``tools/results/late_codes_grads_h100.txt``.)
     Tagged, each twin runs in the forward for its own use and again in the backward, from the
     parameter or from nothing. Random ops are left alone (CSE does not merge them). Returns
     the names of the nodes tagged."""

@@ -859,7 +859,7 @@ def test_weight_codes_in_the_backward_are_recomputed_by_the_partitioner() -> Non
     nodes carry ``MUST_RECOMPUTE`` in the joint graph, the forward's codes do not; and after
     min-cut's CSE every cast of a graph input and every constant a tagged node reads is tagged
     too (on the H100 the forward's twin of the cast was kept and saved, the bf16 copy of each
-    weight, 2026-11-27; a kept word buffer may explain the late codes' difference there)."""
+    weight, 2026-11-27)."""
     from functorch.compile import min_cut_rematerialization_partition
     from torch._functorch.compile_utils import fx_graph_cse
     from torch.utils.checkpoint import CheckpointPolicy

@@ -167,13 +167,13 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
         "weight_codes": "backward",
         "abc_recompute": "unary",
         "abc_swiglu": "off",
-    },  # fmt: skip
+    },
     "hot_memory_fwd_codes": {
         "prefer": "memory",
         "weight_codes": "forward",
         "abc_recompute": "off",
         "abc_swiglu": "off",
-    },  # fmt: skip
+    },
     "hot_late_codes": {"weight_codes": "backward"},
     "hot_memory_views": {"prefer": "memory", "abc_recompute": "views"},
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python

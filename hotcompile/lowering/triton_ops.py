@@ -134,21 +134,7 @@ def swiglu_backward_hq(
     ra = torch.zeros((1,), dtype=torch.int32, device=a.device)
     rb = torch.zeros((1,), dtype=torch.int32, device=a.device)
     launch_swiglu_hq(
-        wrap_triton(_swiglu_hq_kernel),
-        a,
-        b,
-        g,
-        ga,
-        gb,
-        ca,
-        sa,
-        cb,
-        sb,
-        ra,
-        rb,
-        bits,
-        rounding,
-        a_scale=a_scale,
-        b_scale=b_scale,
-    )
+        wrap_triton(_swiglu_hq_kernel), a, b, g, ga, gb, ca, sa, cb, sb, ra, rb, bits, rounding,
+        a_scale=a_scale, b_scale=b_scale,
+    )  # fmt: skip
     return ga, gb, ca, sa, ra, cb, sb, rb

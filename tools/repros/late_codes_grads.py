@@ -26,6 +26,8 @@ def grads(codes: str, compiler: str, opts: dict) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
+    from conftest import rel  # (tests/)
+
     from hotcompile.passes import abc_recompute
 
     base = {"lowering": "native", "prefer": "paper"}
@@ -56,10 +58,7 @@ def main() -> None:
             # flips a few INT4 codes and leaves the two errors alike
             exact = grads("forward", compiler, {**opts, "exact": True})
             err = {
-                name: {
-                    k: float((g[k] - exact[k]).norm() / exact[k].norm().clamp_min(1e-12))
-                    for k in ("x", "fc1.weight")
-                }
+                name: {k: rel(g[k], exact[k]) for k in ("x", "fc1.weight")}
                 for name, g in (("early", early), ("late", late))
             }
             print("   relative error vs exact:", err, flush=True)
