@@ -66,3 +66,36 @@ def test_missing_sources_fall_back(toy_env):
     with pytest.warns(RuntimeWarning, match="not installed"):
         assert ext.available() is False
     assert jit.csrc_dir(["absent.cu"]) is None and jit.csrc_dir(["toy.cpp"]) is not None
+
+
+@pytest.mark.skipif(
+    shutil.which("g++") is None or not cpp_extension.is_ninja_available(),
+    reason="needs g++ and ninja",
+)
+def test_a_cache_holding_only_the_library_loads_and_a_broken_one_is_rebuilt(
+    toy_env, monkeypatch, capsys
+):
+    """A build directory copied from another machine (only the .so, no ninja files or objects)
+    must load as is; a truncated library must be built again, not crash the import."""
+    assert _toy(with_cuda=False).build()
+    (bdir,) = (toy_env / "cache").iterdir()
+    (so,) = bdir.glob("*.so")  # hotcompile_test_toy.so (_v1.so after another test's build)
+    for f in bdir.iterdir():
+        if f != so:
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
+    real_load = cpp_extension.load
+
+    def no_compiler(*a, **kw):
+        raise AssertionError("load() (ninja, the compiler) ran for a cached library")
+
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    again = _toy(with_cuda=False)
+    assert again.build() and again.module.answer() == 42
+    capsys.readouterr()
+
+    so.unlink()  # a new file: this process maps the old one
+    so.write_bytes(b"\x7fELF truncated")
+    monkeypatch.setattr(cpp_extension, "load", real_load)
+    rebuilt = _toy(with_cuda=False)
+    assert rebuilt.build() and rebuilt.module.answer() == 42
+    assert "building a toy extension" not in capsys.readouterr().err  # it was "cached"

@@ -11,6 +11,7 @@ Triton / torch kernels.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import pathlib
 import shutil
@@ -125,7 +126,10 @@ class Extension:
 
                 includes = [str(src), *self.include_dirs()]
                 bdir = self.build_dir(src, includes)
-                cached = any(bdir.glob(f"{self.name}*.so"))
+                built = sorted(bdir.glob(f"{self.name}*.so"), key=lambda f: f.stat().st_mtime)
+                cached = bool(built)
+                if cached and self._import(built[-1]):
+                    return True
                 bdir.mkdir(parents=True, exist_ok=True)
                 if not cached:
                     took = f" (first use, {self.duration})" if self.duration else ""
@@ -149,6 +153,24 @@ class Extension:
                 msg = str(e).strip().splitlines()
                 self.fail(f"build failed: {type(e).__name__}: {msg[-1] if msg else ''}")
                 return False
+
+    def _import(self, so: pathlib.Path) -> bool:
+        """Load an already built library straight from the cache. ``bdir`` is keyed by the
+        sources, flags, torch and Python, so a library there was built from exactly these; this
+        skips ninja's up-to-date check (a second or two per process) and lets a cache directory
+        that holds only the ``.so`` (copied from another machine) be used without a rebuild.
+        False (then ``load`` rebuilds) if the file cannot be imported, e.g. a half-written one."""
+        try:
+            # torch names a rebuild in the same process ``name_v1``: the module is the file's stem
+            spec = importlib.util.spec_from_file_location(so.stem, so)
+            if spec is None or spec.loader is None:
+                return False
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except Exception:  # noqa: BLE001 - any failure means "build it again"
+            return False
+        self.module = module
+        return True
 
     def available(self) -> bool:
         """True when the extension can run here (builds it on the first call); never raises."""

@@ -59,8 +59,9 @@
 #       inductor / hot / hot_memory / torchao (peak memory under prefer="memory").
 # vit_memory: (for the twenty-second session) ViT-B/16 under prefer="memory", which twice ran
 #       out of a call in the CUTLASS build on a fresh machine plus the compile: the build goes
-#       to .hcbuild/ (HOTCOMPILE_CACHE_DIR; carry it back with carry=[".whl", ".hcbuild"] after
-#       copying $OUT/hcbuild there), then the bench with what time is left.
+#       to .hcbuild/ (HOTCOMPILE_CACHE_DIR), its .so comes back as hcbuild.tgz.part-* (cat them,
+#       untar here; jit loads a cached .so alone since the twenty-second session) to carry with
+#       carry=[".whl", ".hcbuild"]; then the bench with what time is left.
 # cpp_probe: (run in diag, twentieth session: every setting failed) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -240,7 +241,9 @@ elif [ "$part" = vit_memory ]; then
   export HOTCOMPILE_CACHE_DIR=$PWD/.hcbuild
   timeout 400 hotcompile build > $OUT/build.log 2>&1
   echo "build rc=$? $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/build.log
-  mkdir -p $OUT/hcbuild && find .hcbuild -name "*.so" -exec cp --parents {} $OUT/hcbuild/ \;
+  # the built extension comes back beside all.tgz (a file comes back only under 16 MiB)
+  find .hcbuild -name "*.so" | tar czf /tmp/hcbuild.tgz -T - && split -b 15m /tmp/hcbuild.tgz $OUT/hcbuild.tgz.part-
+  ls -la /tmp/hcbuild.tgz $OUT/hcbuild.tgz.part-*
   timeout $(( 580-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models vit_b16 --profile 0 \
     --steps 10 --variants inductor,hot_memory,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
@@ -256,4 +259,4 @@ elif [ "$part" = tests ]; then
   wait; echo "tests $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_*.log
 fi
 [ -f $OUT/bench/bench_train.md ] && grep -E "^\| (inductor|hot|torchao)" $OUT/bench/bench_train.md
-cd $OUT && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz .
+cd $OUT && tar czf /tmp/all.tgz --exclude="hcbuild.tgz.part-*" . && find . -mindepth 1 ! -name "hcbuild.tgz.part-*" -delete && mv /tmp/all.tgz .
