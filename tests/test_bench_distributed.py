@@ -38,6 +38,7 @@ def test_bench_distributed_smoke(tmp_path: pathlib.Path) -> None:
     hot = runs[("llama", "hot")]
     assert hot["step_ms"] > 0 and len(hot["losses"]) == 6 and hot["hot_layers"] > 0
     assert runs[("vit_b16", "hot")]["hot_layers"] > 0
+    assert hot["plans_agree"] is True and runs[("vit_b16", "hot")]["plans_agree"] is True
     assert all(not r.get("eager_layers") for r in res["results"]), res["results"]
     if "skipped" in runs[("llama", "torchao_float8")]:
         assert "torchao" in runs[("llama", "torchao_float8")]["skipped"]

@@ -294,6 +294,22 @@ def dataclass_dict(r) -> dict[str, Any]:
     return dataclasses.asdict(r)
 
 
+def gate_case(rank: int) -> dict[str, Any]:
+    """The speed gate's verdicts under torch.distributed (``gate.agree``): each rank brings its
+    own timing of one shape (rank 1's says bf16, rank 0's HOT); a shape only rank 1 asks about
+    gets no verdict from rank 0 and must neither hang nor fail."""
+    from hotcompile.lowering import gate
+
+    shape = gate.Shape(L=4096, O=2048, I=2048, N=2, S=2048)
+    mine = gate.Speed(bf16_us=100.0, hot_us=90.0 if rank == 0 else 99.0, source="measured")
+    took = gate.agree(shape, mine)
+    alone = gate.agree(gate.Shape(L=8, O=8, I=8, N=1, S=8), mine, timeout_s=1) if rank else mine
+    return {
+        "case": "gate", "rank": rank, "hot": took.hot, "hot_us": took.hot_us,
+        "source": took.source, "alone_hot_us": alone.hot_us,
+    }  # fmt: skip
+
+
 def worker_main(cases: list[str], out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -304,7 +320,7 @@ def worker_main(cases: list[str], out: str) -> None:
     results = []
     try:
         for case in cases:
-            results.append(run_case(case, rank, world))
+            results.append(gate_case(rank) if case == "gate" else run_case(case, rank, world))
     finally:
         dist.destroy_process_group()
     pathlib.Path(out).joinpath(f"rank{rank}.json").write_text(json.dumps(results))
@@ -402,6 +418,17 @@ def test_distributed_default(tmp_path: pathlib.Path) -> None:
     """DDP both orders (graph split by DDPOptimizer) and FSDP2 with checkpointing, text model;
     FSDP2 on the image model in timm's layout (every layer, patch embedding and head too)."""
     _run(DEFAULT, tmp_path)
+
+
+def test_every_rank_takes_rank_0s_speed_verdict(tmp_path: pathlib.Path) -> None:
+    """Timed verdicts differ per GPU; a layer near the gate's margin must not take HOT on one
+    rank and bf16 on another. Rank 1 measured 0.99x (bf16), rank 0 0.90x (HOT): both take HOT,
+    and rank 1 says whose verdict it is. A shape rank 0 never decides: rank 1 keeps its own."""
+    launch(["gate"], tmp_path)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text())[0] for r in range(WORLD))
+    assert r0["hot"] and r1["hot"] and r0["hot_us"] == r1["hot_us"] == 90.0, (r0, r1)
+    assert r0["source"] == "measured" and r1["source"] == "measured (rank 0)"
+    assert r1["alone_hot_us"] == 99.0  # waited 1 s, then its own
 
 
 @pytest.mark.parametrize("loop", [True, False], ids=["loop", "sequential"])

@@ -193,6 +193,11 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
         rec["hot_layers"] = sum(p.path != "skipped" for p in plans)
         rec["layers"] = len(plans)
         rec["hot_layer_names"] = sorted({p.name for p in plans if p.path != "skipped"})
+        # one plan for all ranks (the speed gate takes rank 0's verdicts: gate.agree)
+        mine = sorted((p.name, p.path) for p in plans)
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        rec["plans_agree"] = all(other == mine for other in every)
         # layers a frame that Dynamo ran eagerly calls itself: never seen by the backend
         eager = hotcompile.eager_frames()
         rec["eager_layers"] = [f"{f.function}: {layer}" for f in eager for layer in f.layers]
@@ -264,6 +269,8 @@ def markdown(res: dict[str, Any]) -> str:
         peaks = [p for p in r["peak_gib"] if p is not None]
         loss = r["losses"]
         hot = f"{r['hot_layers']} of {r['layers']}" if "hot_layers" in r else "-"
+        if r.get("plans_agree") is False:
+            hot += " (**plans differ across ranks**)"
         if r.get("eager_layers"):
             hot += f" (eager, no HOT: {', '.join(r['eager_layers'])})"
         scaling = r.get("scaling")
@@ -410,6 +417,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 results.append(rec)
                 if rank == 0 and rec.get("step_ms"):
                     print(f"  step {rec['step_ms']:.1f} ms, loss {rec['losses'][-1]:.3f}")
+                if rank == 0:  # after every variant: a run stopped later keeps what finished
+                    write({"environment": environment(args, device), "results": results}, args.out)
         res = {"environment": environment(args, device), "results": add_scaling(results)}
         if rank == 0:
             write(res, args.out)

@@ -29,6 +29,8 @@ HOT is taken iff ``hot_us <= MARGIN · bf16_us``: a layer HOT does not speed up 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import json
 import logging
 import math
 import statistics
@@ -390,12 +392,68 @@ def measure(s: Shape, device: torch.device) -> Speed:
 
 
 def decide(s: Shape, device: torch.device | None) -> Speed:
-    """Measured on a CUDA device (falling back to the model if the timing fails), else the
-    model's estimate."""
+    """Measured on a CUDA device (falling back to the model if the timing fails; under
+    ``torch.distributed`` rank 0's verdict, :func:`agree`), else the model's estimate."""
     if device is not None and device.type == "cuda":
         try:
-            return measure(s, device)
+            speed = measure(s, device)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
             log.warning("hotcompile: timing %s failed (%s); the gate uses the model", s, e)
             torch.cuda.empty_cache()
+            speed = estimate(s)
+        return agree(s, speed)
     return estimate(s)
+
+
+# ----------------------------------------------------------------------------- ranks
+
+#: seconds a rank waits for rank 0's verdict on a shape before it keeps its own (a graph only
+#: this rank compiles, e.g. after a recompile on a short last batch, gets none)
+AGREE_TIMEOUT_S = 300.0
+_STORE_PREFIX = "hotcompile/gate/"
+
+
+def _default_store():
+    """The default process group's key-value store and this rank, or ``(None, 0)`` outside
+    ``torch.distributed`` (or with one process)."""
+    try:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return None, 0
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store(), dist.get_rank()
+    except Exception:  # noqa: BLE001 - no store: every rank decides alone
+        return None, 0
+
+
+def agree(s: Shape, speed: Speed, timeout_s: float | None = None) -> Speed:
+    """Every rank takes rank 0's verdict on ``s``.
+
+    Timed verdicts differ between GPUs by their noise, and a layer near the margin (a Llama's
+    q/k/v sit there) would take HOT on one rank and bf16 on another: different graphs, memory
+    and gradients per rank, and not the one-process plan the user was shown. Rank 0 publishes
+    each verdict in the process group's store; the other ranks wait for it there. No collective
+    runs, so a rank that compiles a graph alone (a recompile the others do not make) cannot
+    hang the group: after ``timeout_s`` it keeps its own verdict, with a warning."""
+    store, rank = _default_store()
+    if store is None:
+        return speed
+    key = _STORE_PREFIX + s.key("")
+    if rank == 0:
+        store.set(key, json.dumps(dataclasses.asdict(speed)))
+        return speed
+    wait = AGREE_TIMEOUT_S if timeout_s is None else timeout_s
+    try:
+        store.wait([key], datetime.timedelta(seconds=wait))
+        theirs = json.loads(store.get(key))
+    except Exception as e:  # noqa: BLE001 - timeout or a broken store: decide alone
+        log.warning(
+            "hotcompile: rank %d got no verdict from rank 0 for %s in %.0f s (%s); it keeps its "
+            "own (%s), which may differ from the other ranks' plan",
+            rank, s, wait, type(e).__name__, speed.describe(),
+        )  # fmt: skip
+        return speed
+    theirs["source"] = f"{theirs['source']} (rank 0)"
+    return Speed(**theirs)

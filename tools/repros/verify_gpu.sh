@@ -62,6 +62,9 @@
 #       to .hcbuild/ (HOTCOMPILE_CACHE_DIR), its .so comes back as hcbuild.tgz.part-* (cat them,
 #       untar here; jit loads a cached .so alone since the twenty-second session) to carry with
 #       carry=[".whl", ".hcbuild"]; then the bench with what time is left.
+# dist: (twenty-second session, kind nvidia-h100-x2) the first GPU run of DDP and FSDP2:
+#       tools/bench_distributed.py on the Llama, inductor / hot / torchao, 2 GPUs each wrapper,
+#       then DDP on 1 GPU for the weak scaling; merged.
 # cpp_probe: (run in diag, twentieth session: every setting failed) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -247,6 +250,19 @@ elif [ "$part" = vit_memory ]; then
   timeout $(( 580-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models vit_b16 --profile 0 \
     --steps 10 --variants inductor,hot_memory,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+elif [ "$part" = dist ]; then
+  # 2 GPUs (kind nvidia-h100-x2): the Llama under DDP and FSDP2, then DDP on one GPU for the
+  # scaling; each torchrun bounded so that what finished comes back
+  B="tools/bench_distributed.py --models llama --steps 30 --warmup 5"
+  timeout 200 torchrun --nproc-per-node 2 $B --wrapper ddp --variants inductor hot torchao_float8 \
+    --out $OUT/ddp_n2 > $OUT/ddp_n2.log 2>&1; echo "ddp n2 rc=$? $(( $(date +%s)-T0 ))s"
+  timeout 230 torchrun --nproc-per-node 2 $B --wrapper fsdp2 --variants inductor hot torchao_float8 \
+    --out $OUT/fsdp2_n2 > $OUT/fsdp2_n2.log 2>&1; echo "fsdp2 n2 rc=$? $(( $(date +%s)-T0 ))s"
+  timeout $(( 560-$(date +%s)+T0 )) torchrun --nproc-per-node 1 $B --wrapper ddp --variants inductor hot \
+    --out $OUT/ddp_n1 > $OUT/ddp_n1.log 2>&1; echo "ddp n1 rc=$? $(( $(date +%s)-T0 ))s"
+  python3 tools/bench_distributed.py --merge $OUT/ddp_n1/bench_distributed.json \
+    $OUT/ddp_n2/bench_distributed.json $OUT/fsdp2_n2/bench_distributed.json --out $OUT/merged \
+    > $OUT/merge.log 2>&1; grep "^|" $OUT/merged/bench_distributed.md
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
