@@ -62,6 +62,7 @@
 #       to .hcbuild/ (HOTCOMPILE_CACHE_DIR), its .so comes back as hcbuild.tgz.part-* (cat them,
 #       untar here; jit loads a cached .so alone since the twenty-second session) to carry with
 #       carry=[".whl", ".hcbuild"]; then the bench with what time is left.
+# s22: (twenty-second session) the final GPU tests, five files in parallel, CUTLASS carried.
 # dist: (twenty-second session, kind nvidia-h100-x2) the first GPU run of DDP and FSDP2:
 #       tools/bench_distributed.py on the Llama, inductor / hot / torchao, 2 GPUs each wrapper,
 #       then DDP on 1 GPU for the weak scaling; merged.
@@ -250,6 +251,13 @@ elif [ "$part" = vit_memory ]; then
   timeout $(( 580-$(date +%s)+T0 )) python3 tools/bench_train.py --no-progress --models vit_b16 --profile 0 \
     --steps 10 --variants inductor,hot_memory,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"
+elif [ "$part" = s22 ]; then
+  # carry=[".whl", ".hcbuild"]: the CUTLASS build dir holds only its .so (jit loads it as is)
+  export HOTCOMPILE_CACHE_DIR=$PWD/.hcbuild
+  for f in test_lowering_gpu test_gpu test_matmul_gpu test_kernels_gpu test_cutlass_gpu; do
+    timeout $(( ${LIMIT:-470}-$(date +%s)+T0 )) python3 -m pytest tests/$f.py -q -p no:cacheprovider > $OUT/$f.log 2>&1 &
+  done
+  wait; echo "tests $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_*.log; grep -l "building CUTLASS" $OUT/*.log
 elif [ "$part" = dist ]; then
   # 2 GPUs (kind nvidia-h100-x2): the Llama under DDP and FSDP2, then DDP on one GPU for the
   # scaling; each torchrun bounded so that what finished comes back
