@@ -193,6 +193,9 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
         rec["hot_layers"] = sum(p.path != "skipped" for p in plans)
         rec["layers"] = len(plans)
         rec["hot_layer_names"] = sorted({p.name for p in plans if p.path != "skipped"})
+        # why the others keep bf16 (the speed gate's times; DDPOptimizer's pieces can split
+        # layers that share one x, e.g. q/k/v, each piece charged its own ABC of x)
+        rec["kept_bf16"] = {p.name: p.reason for p in plans if p.path == "skipped"}
         # one plan for all ranks (the speed gate takes rank 0's verdicts: gate.agree)
         mine = sorted((p.name, p.path) for p in plans)
         every = [None] * world
