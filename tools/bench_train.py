@@ -162,6 +162,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # in the backward, ABC's native codes recomputed and the SwiGLU's inputs saved as FP8
     # codes (their "auto"); the two variants after it take those back one by one
     "hot_memory": {"prefer": "memory"},
+    "hot_memory_cg": {"prefer": "memory", "mode": "reduce-overhead"},
     "hot_memory_all": {
         "prefer": "memory",
         "weight_codes": "backward",
@@ -267,6 +268,8 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_memory": 'as hot, with prefer="memory": HOT and ABC on every eligible layer, whatever '
     "the speed gate would say; the weight codes made in the backward, ABC's codes re-derived "
     "there where it can, a SwiGLU's inputs saved as FP8 codes",
+    "hot_memory_cg": 'as hot_memory, with options={"mode": "reduce-overhead"} (CUDA graphs); '
+    "judged against inductor_cg",
     "hot_memory_all": 'as hot_memory, with abc_swiglu="off" (run 33\'s hot_memory_all: the '
     "SwiGLU's inputs saved in bf16)",
     "hot_memory_fwd_codes": 'as hot_memory, with weight_codes="forward", abc_recompute="off" and '
