@@ -62,6 +62,8 @@
 #       to .hcbuild/ (HOTCOMPILE_CACHE_DIR), its .so comes back as hcbuild.tgz.part-* (cat them,
 #       untar here; jit loads a cached .so alone since the twenty-second session) to carry with
 #       carry=[".whl", ".hcbuild"]; then the bench with what time is left.
+# memory_cg: (twenty-second session) prefer="memory" with CUDA graphs on the Llama, against
+#       inductor with CUDA graphs (what the last minutes of device time allowed).
 # s22: (twenty-second session) the final GPU tests, five files in parallel, CUTLASS carried.
 # dist: (twenty-second session, kind nvidia-h100-x2) the first GPU run of DDP and FSDP2:
 #       tools/bench_distributed.py on the Llama, inductor / hot / torchao, 2 GPUs each wrapper,
@@ -258,6 +260,10 @@ elif [ "$part" = s22 ]; then
     timeout $(( ${LIMIT:-470}-$(date +%s)+T0 )) python3 -m pytest tests/$f.py -q -p no:cacheprovider > $OUT/$f.log 2>&1 &
   done
   wait; echo "tests $(( $(date +%s)-T0 ))s"; tail -n 3 $OUT/test_*.log; grep -l "building CUTLASS" $OUT/*.log
+elif [ "$part" = memory_cg ]; then
+  timeout ${LIMIT:-330} python3 tools/bench_train.py --no-progress --models llama --profile 0 --steps 10 \
+    --variants inductor_cg,hot_memory_cg --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"
 elif [ "$part" = dist ]; then
   # 2 GPUs (kind nvidia-h100-x2): the Llama under DDP and FSDP2, then DDP on one GPU for the
   # scaling; each torchrun bounded so that what finished comes back
