@@ -16,7 +16,8 @@ default takes HOT's path only where it is measured faster:
   (:func:`_bf16_fn`), and is the faster of the GEMMs as they are and with unaligned dims
   padded, as inductor's shape padding runs them (:func:`_bf16_padded_fn`). Cached per (GPU,
   torch, shape, settings) in memory and in ``~/.cache/hotcompile/gate.json``
-  (``HOTCOMPILE_CACHE`` moves it), so a shape is timed once per machine.
+  (``HOTCOMPILE_CACHE`` moves it), so a shape is timed once per machine. Under
+  ``torch.distributed`` every rank takes rank 0's verdict (:func:`agree`): one plan for all.
 - :func:`estimate` (no GPU, e.g. ``hotcompile report`` on meta tensors): a roofline model with
   the H100 rates measured in ``shared/docs/hopper-gemm.md`` (bf16 ~700 TFLOP/s, FP8 ~1150,
   INT8 ~700 on large shapes; ~1.8 TB/s for the quantize passes, as measured; a few µs per kernel).
