@@ -303,10 +303,20 @@ def gate_case(rank: int) -> dict[str, Any]:
     shape = gate.Shape(L=4096, O=2048, I=2048, N=2, S=2048)
     mine = gate.Speed(bf16_us=100.0, hot_us=90.0 if rank == 0 else 99.0, source="measured")
     took = gate.agree(shape, mine)
-    alone = gate.agree(gate.Shape(L=8, O=8, I=8, N=1, S=8), mine, timeout_s=1) if rank else mine
+    import time
+
+    import torch.distributed as dist
+
+    alone, next_wait = mine, 0.0
+    if rank:
+        alone = gate.agree(gate.Shape(L=8, O=8, I=8, N=1, S=8), mine, timeout_s=1)
+        t0 = time.monotonic()  # the graph's next layer: a short wait, not AGREE_TIMEOUT_S
+        gate.agree(gate.Shape(L=8, O=16, I=8, N=1, S=8), mine)
+        next_wait = time.monotonic() - t0
+    dist.barrier()  # rank 0 (which hosts the store) stays until rank 1 is done waiting
     return {
         "case": "gate", "rank": rank, "hot": took.hot, "hot_us": took.hot_us,
-        "source": took.source, "alone_hot_us": alone.hot_us,
+        "source": took.source, "alone_hot_us": alone.hot_us, "next_wait_s": next_wait,
     }  # fmt: skip
 
 
@@ -423,12 +433,15 @@ def test_distributed_default(tmp_path: pathlib.Path) -> None:
 def test_every_rank_takes_rank_0s_speed_verdict(tmp_path: pathlib.Path) -> None:
     """Timed verdicts differ per GPU; a layer near the gate's margin must not take HOT on one
     rank and bf16 on another. Rank 1 measured 0.99x (bf16), rank 0 0.90x (HOT): both take HOT,
-    and rank 1 says whose verdict it is. A shape rank 0 never decides: rank 1 keeps its own."""
+    and rank 1 says whose verdict it is. Shapes rank 0 never decides: rank 1 keeps its own,
+    after one long wait and then short ones (no hang)."""
     launch(["gate"], tmp_path)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text())[0] for r in range(WORLD))
     assert r0["hot"] and r1["hot"] and r0["hot_us"] == r1["hot_us"] == 90.0, (r0, r1)
     assert r0["source"] == "measured" and r1["source"] == "measured (rank 0)"
     assert r1["alone_hot_us"] == 99.0  # waited 1 s, then its own
+    # a graph only rank 1 compiles costs one long wait, then AGREE_AFTER_TIMEOUT_S a layer
+    assert 4.0 < r1["next_wait_s"] < 60.0, r1
 
 
 @pytest.mark.parametrize("loop", [True, False], ids=["loop", "sequential"])

@@ -36,6 +36,7 @@ import logging
 import math
 import statistics
 import threading
+import time
 
 import torch
 
@@ -409,9 +410,14 @@ def decide(s: Shape, device: torch.device | None) -> Speed:
 # ----------------------------------------------------------------------------- ranks
 
 #: seconds a rank waits for rank 0's verdict on a shape before it keeps its own (a graph only
-#: this rank compiles, e.g. after a recompile on a short last batch, gets none)
-AGREE_TIMEOUT_S = 300.0
+#: this rank compiles, e.g. after a recompile on a short last batch, gets none). Ranks compile
+#: in step (their collectives meet in the forward), so rank 0 is seconds ahead or behind.
+AGREE_TIMEOUT_S = 120.0
+#: after a timeout, the wait for the next shapes (the rest of that graph's layers) in the
+#: following AGREE_TIMEOUT_S: a graph only this rank compiles costs one long wait, not one a layer
+AGREE_AFTER_TIMEOUT_S = 5.0
 _STORE_PREFIX = "hotcompile/gate/"
+_timed_out_at = -math.inf
 
 
 def _default_store():
@@ -437,7 +443,9 @@ def agree(s: Shape, speed: Speed, timeout_s: float | None = None) -> Speed:
     and gradients per rank, and not the one-process plan the user was shown. Rank 0 publishes
     each verdict in the process group's store; the other ranks wait for it there. No collective
     runs, so a rank that compiles a graph alone (a recompile the others do not make) cannot
-    hang the group: after ``timeout_s`` it keeps its own verdict, with a warning."""
+    hang the group: after ``timeout_s`` (:data:`AGREE_TIMEOUT_S`; then
+    :data:`AGREE_AFTER_TIMEOUT_S` for a while) it keeps its own verdict, with a warning."""
+    global _timed_out_at
     store, rank = _default_store()
     if store is None:
         return speed
@@ -446,10 +454,13 @@ def agree(s: Shape, speed: Speed, timeout_s: float | None = None) -> Speed:
         store.set(key, json.dumps(dataclasses.asdict(speed)))
         return speed
     wait = AGREE_TIMEOUT_S if timeout_s is None else timeout_s
+    if time.monotonic() - _timed_out_at < AGREE_TIMEOUT_S:
+        wait = min(wait, AGREE_AFTER_TIMEOUT_S)
     try:
         store.wait([key], datetime.timedelta(seconds=wait))
         theirs = json.loads(store.get(key))
     except Exception as e:  # noqa: BLE001 - timeout or a broken store: decide alone
+        _timed_out_at = time.monotonic()
         log.warning(
             "hotcompile: rank %d got no verdict from rank 0 for %s in %.0f s (%s); it keeps its "
             "own (%s), which may differ from the other ranks' plan",
