@@ -89,6 +89,10 @@ class _Frame:
     compile_id: str | None
     marked: dict[int, Any] = dataclasses.field(default_factory=dict)
     pieces: int = 0
+    #: ``id(example value) -> (value, reader layers)`` of the inputs weight calls read in the
+    #: pieces so far (:func:`cut_readers`)
+    read: dict[int, tuple[Any, list[str]]] = dataclasses.field(default_factory=dict)
+    warned: bool = False
 
 
 #: the recent decisions, oldest first (:func:`records`)
@@ -306,3 +310,37 @@ def token_nodes(gm: fx.GraphModule, example_inputs: Sequence[Any] | None = None)
             "a DDPOptimizer piece" if record.piece > 0 else "some inputs have no real value",
         )
     return marks
+
+
+def cut_readers(gm: fx.GraphModule, readers: dict[fx.Node, list[str]]) -> list[tuple[str, ...]]:
+    """Groups of layers that read one input but sit in different DDPOptimizer pieces.
+
+    HOT quantizes an input that several layers read once and the speed gate charges each
+    reader its share; a piece boundary between them (DDP's gradient buckets: with the default
+    25 MB, a Llama block's q/k and v land apart, and gate and up) makes each piece quantize
+    that input for its own readers, and charges them alone. ``readers``: this piece's inputs
+    of weight calls -> the layers reading them. Returns each cut group (earlier pieces'
+    readers, then this piece's) and warns once per frame with the remedy; records this
+    piece's readers for the pieces that follow."""
+    frame = _frame(gm, _compile_id())
+    cut = []
+    for node, names in readers.items():
+        v = value(node)
+        if v is None:
+            continue
+        earlier = frame.read.get(id(v))
+        if earlier is not None and earlier[0] is v:
+            cut.append((*earlier[1], *names))
+            earlier[1].extend(names)
+        else:
+            frame.read[id(v)] = (v, list(names))
+    if cut and not frame.warned:
+        frame.warned = True
+        log.warning(
+            "hotcompile: DDP's graph pieces cut apart layers that read one input (%s): each "
+            "piece quantizes that input for its own layers and the speed gate charges them "
+            "alone. DDP(model, bucket_cap_mb=...) of at least one block's gradients keeps a "
+            "block in one piece",
+            "; ".join(" + ".join(g) for g in cut[:3]) + (" ..." if len(cut) > 3 else ""),
+        )
+    return cut

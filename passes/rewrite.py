@@ -616,6 +616,11 @@ def rewrite(
         args = (config, scope, call, name, weights, tokens[id(scope.gm)], probe_hla)
         items.append([scope, call, args, _plan_call(*args, readers.get(_x_key(scope, call), 1))])
     _share_abc(items)
+    shared: dict[torch.fx.Node, list[str]] = {}
+    for scope, call, _, plan in items:  # the inputs of this graph's own linear layers
+        if scope.gm is gm and _x_key(scope, call) is not None:
+            shared.setdefault(call.x, []).append(plan.name)
+    family.cut_readers(gm, shared)  # a DDPOptimizer piece: readers of x in earlier pieces
     for scope, call, _, plan in items:
         plans.append(plan)
         if plan.path == "skipped":

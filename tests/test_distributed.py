@@ -444,6 +444,38 @@ def test_every_rank_takes_rank_0s_speed_verdict(tmp_path: pathlib.Path) -> None:
     assert 4.0 < r1["next_wait_s"] < 60.0, r1
 
 
+@pytest.mark.parametrize("bucket_bytes", [BUCKET_BYTES, 2**22], ids=["small", "whole"])
+def test_ddp_pieces_that_cut_a_shared_input_are_named(
+    bucket_bytes: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DDPOptimizer splits the graph at gradient buckets; where a bucket boundary falls between
+    layers that read one x (q/k/v, gate/up), each piece quantizes x for its own layers, and the
+    backend says so with the remedy (one process, gloo). Buckets holding the whole tiny model:
+    one piece, nothing cut, no warning."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    monkeypatch.setattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", bucket_bytes)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    try:
+        model = DDP(build("text", False), bucket_cap_mb=bucket_bytes / 2**20)
+        x, y = batch("text", 2)
+        with caplog.at_level("WARNING", logger="hotcompile"):
+            run = torch.compile(model, backend="hot", options=OPTIONS)
+            loss_of(run(input_ids=x), y).backward()
+    finally:
+        dist.destroy_process_group()
+    warned = [r.getMessage() for r in caplog.records if "cut apart" in r.getMessage()]
+    if bucket_bytes == BUCKET_BYTES:
+        assert len(warned) == 1 and "bucket_cap_mb" in warned[0], caplog.text
+        assert "_proj + model.layers" in warned[0], warned  # names the layers of a cut group
+    else:
+        assert not warned, warned
+
+
 @pytest.mark.parametrize("loop", [True, False], ids=["loop", "sequential"])
 def test_eager_frame_named_without_fsdp(loop: bool, caplog: pytest.LogCaptureFixture) -> None:
     """One process, no FSDP: a ``torch._dynamo.disable``d pre-hook on each block breaks the
