@@ -121,8 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
             on 16 CPU cores and 4-5 on 2 (four translation units built in parallel); the result
             is cached in $HOTCOMPILE_CACHE_DIR (default ~/.cache/hotcompile), in a directory
             keyed by a hash of the sources, flags and torch version, so later runs load it in
-            a second. Without these kernels everything still works: HOT falls back to the
-            Triton and torch (cuBLAS) kernels."""),
+            a second. The .so alone is enough: copy that directory to a machine with the same
+            torch, Python and install paths (csrc/, the CUTLASS headers: the hash covers the
+            include paths) and it loads there without a rebuild.
+            Without these kernels everything still works: HOT falls back to the Triton and
+            torch (cuBLAS) kernels."""),
         epilog=textwrap.dedent("""\
             examples:
               hotcompile build            # build or load from the cache, list the configs
