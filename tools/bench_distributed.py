@@ -115,11 +115,13 @@ def build(args: argparse.Namespace, name: str, variant: str, device: torch.devic
     if args.wrapper == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        ids = [device.index] if device.type == "cuda" else None
+        kw: dict[str, Any] = {"device_ids": [device.index] if device.type == "cuda" else None}
+        if args.bucket_mb:
+            kw["bucket_cap_mb"] = args.bucket_mb
         if args.ddp_order == "compiled-ddp":
-            run = DDP(torch.compile(model, **backend), device_ids=ids)
+            run = DDP(torch.compile(model, **backend), **kw)
         else:
-            run = torch.compile(DDP(model, device_ids=ids), **backend)
+            run = torch.compile(DDP(model, **kw), **backend)
     else:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -135,12 +137,20 @@ def build(args: argparse.Namespace, name: str, variant: str, device: torch.devic
     return run, model, info
 
 
+def wrapper_label(args: argparse.Namespace) -> str:
+    """``ddp``, ``ddp 250MB`` (DDP with --bucket-mb: results of other bucket sizes stay apart
+    in a merge) or ``fsdp2``."""
+    if args.wrapper == "ddp" and args.bucket_mb:
+        return f"ddp {args.bucket_mb:g}MB"
+    return args.wrapper
+
+
 def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.device) -> dict:
     """Train one (model, variant) and measure it; every rank returns the same record."""
     rank, world = dist.get_rank(), dist.get_world_size()
     spec = bench_models.MODELS[name]
     per_rank = args.batch or (spec.quick_batch if args.smoke else spec.default_batch)
-    rec: dict[str, Any] = {"model": name, "variant": variant, "wrapper": args.wrapper}
+    rec: dict[str, Any] = {"model": name, "variant": variant, "wrapper": wrapper_label(args)}
     rec.update(world=world, batch_per_rank=per_rank, steps=args.steps, warmup=args.warmup)
     if variant == "hot":  # this run's plans only (the process keeps every compiled graph's)
         import hotcompile
@@ -356,6 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="ddp-compiled",
         help="ddp-compiled: torch.compile(DDP(model)) (default); compiled-ddp: DDP(compile(m))",
     )
+    p.add_argument(
+        "--bucket-mb",
+        type=float,
+        default=None,
+        help="DDP's bucket_cap_mb (default: DDP's 25). DDPOptimizer splits the compiled graph "
+        "at buckets; one block's gradients per bucket keeps layers that share an input (q/k/v, "
+        "gate/up) in one piece, so HOT quantizes that input once",
+    )
     p.add_argument("--steps", type=int, default=200, help="timed steps (default 200)")
     p.add_argument("--warmup", type=int, default=5, help="untimed first steps (compile)")
     p.add_argument("--batch", type=int, default=None, help="batch per GPU (default: model's)")
@@ -404,13 +422,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         for name in args.models:
             missing = bench_models.missing(bench_models.MODELS[name])
             for variant in args.variants:
-                base = {"model": name, "variant": variant, "wrapper": args.wrapper}
+                base = {"model": name, "variant": variant, "wrapper": wrapper_label(args)}
                 base.update(world=dist.get_world_size(), batch_per_rank=args.batch)
                 if missing:
                     results.append({**base, "skipped": missing})
                     continue
                 if rank == 0:
-                    print(f"[bench_distributed] {name} {variant} {args.wrapper} ...", flush=True)
+                    print(f"[bench_distributed] {name} {variant} {base['wrapper']} ...", flush=True)
                 torch._dynamo.reset()
                 try:
                     rec = run_one(args, name, variant, device)

@@ -68,6 +68,9 @@
 # dist: (twenty-second session, kind nvidia-h100-x2) the first GPU run of DDP and FSDP2:
 #       tools/bench_distributed.py on the Llama, inductor / hot / torchao, 2 GPUs each wrapper,
 #       then DDP on 1 GPU for the weak scaling; merged.
+# dist2: (for the twenty-third session, kind nvidia-h100-x2) DDP with --bucket-mb 250 (one
+#       Llama block per bucket, no cut q/k/v or gate/up) against DDP's default buckets, and
+#       torchao's DDP variant.
 # cpp_probe: (run in diag, twentieth session: every setting failed) tools/repros/cpp_wrapper_probe.py: which inductor settings make the
 #       C++ wrapper run (autotune at compile time, the static CUDA launcher off) and what it
 #       saves on a host-bound step, plain and hot.
@@ -277,6 +280,17 @@ elif [ "$part" = dist ]; then
   python3 tools/bench_distributed.py --merge $OUT/ddp_n1/bench_distributed.json \
     $OUT/ddp_n2/bench_distributed.json $OUT/fsdp2_n2/bench_distributed.json --out $OUT/merged \
     > $OUT/merge.log 2>&1; grep "^|" $OUT/merged/bench_distributed.md
+elif [ "$part" = dist2 ]; then
+  # (next session, 2 GPUs) DDP's bucket advice: the Llama with one block per bucket (250 MB)
+  # against DDP's default, and torchao's DDP figure that run dist did not reach
+  B="tools/bench_distributed.py --models llama --steps 30 --warmup 5 --wrapper ddp"
+  timeout 260 torchrun --nproc-per-node 2 $B --variants torchao_float8 inductor hot \
+    --out $OUT/ddp_n2 > $OUT/ddp_n2.log 2>&1; echo "ddp n2 rc=$? $(( $(date +%s)-T0 ))s"
+  timeout $(( 560-$(date +%s)+T0 )) torchrun --nproc-per-node 2 $B --bucket-mb 250 --variants inductor hot \
+    --out $OUT/ddp250_n2 > $OUT/ddp250_n2.log 2>&1; echo "ddp 250MB n2 rc=$? $(( $(date +%s)-T0 ))s"
+  python3 tools/bench_distributed.py --merge $OUT/ddp_n2/bench_distributed.json \
+    $OUT/ddp250_n2/bench_distributed.json --out $OUT/merged > $OUT/merge.log 2>&1
+  grep "^|" $OUT/merged/bench_distributed.md; grep -h "cut apart" $OUT/ddp*_n2.log | head -2
 elif [ "$part" = cpp_probe ]; then
   timeout 540 python3 tools/repros/cpp_wrapper_probe.py --out $OUT/cpp_wrapper_probe_h100.md > $OUT/cpp_probe.log 2>&1
   echo "cpp probe rc=$? $(( $(date +%s)-T0 ))s"; grep "^|" $OUT/cpp_probe.log
