@@ -615,12 +615,12 @@ def rewrite(
         name = _name(call, scope, seen)
         args = (config, scope, call, name, weights, tokens[id(scope.gm)], probe_hla)
         items.append([scope, call, args, _plan_call(*args, readers.get(_x_key(scope, call), 1))])
-    _share_abc(items)
-    shared: dict[torch.fx.Node, list[str]] = {}
-    for scope, call, _, plan in items:  # the inputs of this graph's own linear layers
-        if scope.gm is gm and _x_key(scope, call) is not None:
-            shared.setdefault(call.x, []).append(plan.name)
-    family.cut_readers(gm, shared)  # a DDPOptimizer piece: readers of x in earlier pieces
+    groups = _share_abc(items)
+    # a DDPOptimizer piece: the readers of this graph's own inputs of linear layers, against
+    # the readers of the same values in earlier pieces
+    family.cut_readers(
+        gm, {x: [item[3].name for item in g] for (gid, x), g in groups.items() if gid == id(gm)}
+    )
     for scope, call, _, plan in items:
         plans.append(plan)
         if plan.path == "skipped":
@@ -731,7 +731,7 @@ def _x_readers(calls: list[tuple[Scope, WeightCall]]) -> dict[tuple[int, Any], i
     return n
 
 
-def _share_abc(items: list[list]) -> None:
+def _share_abc(items: list[list]) -> dict[tuple[int, Any], list[list]]:
     """Keep the speed gate's shared charge for ABC only where it comes true.
 
     Layers that read one x and all take HOT quantize x once (``autograd.
@@ -741,7 +741,8 @@ def _share_abc(items: list[list]) -> None:
     charged (one is excluded, or slower even with the share) the share would be wrong, and the
     group's layers are planned again with the whole ABC each: a layer the gate then takes is
     faster than bf16 whatever its neighbours do. ``items``: ``[scope, call, args, plan]``,
-    each plan replaced in place."""
+    each plan replaced in place. Returns the items grouped by the x they read
+    (:func:`_x_key`)."""
     groups: dict[tuple[int, Any], list[list]] = {}
     for item in items:
         key = _x_key(item[0], item[1])
@@ -760,6 +761,7 @@ def _share_abc(items: list[list]) -> None:
                     f"{shared.hot_us:.0f} µs ({shared.speedup:.2f}x), {short}"
                 )
                 item[3] = dataclasses.replace(item[3], reason=why)
+    return groups
 
 
 def _plan_call(
