@@ -74,13 +74,26 @@ class Block(nn.Module):
 
 
 class DigitsViT(nn.Module):
-    """A small ViT: 2x2 patches of the 8x8 image (16 tokens), 2 blocks, mean-pooled head."""
+    """A small ViT: 2x2 patches of the 8x8 image (16 tokens), 2 blocks, mean-pooled head.
 
-    def __init__(self, dim: int = 64, depth: int = 2, heads: int = 4, classes: int = 10):
+    ``img``/``patch``/``mlp_ratio`` size it for other square one-channel images (the MNIST
+    task of ``tools/accuracy.py``: a ViT-S-sized model on 28x28 digits, 4x4 patches).
+    """
+
+    def __init__(
+        self,
+        dim: int = 64,
+        depth: int = 2,
+        heads: int = 4,
+        classes: int = 10,
+        img: int = 8,
+        patch: int = 2,
+        mlp_ratio: int = 2,
+    ):
         super().__init__()
-        self.patch = nn.Conv2d(1, dim, 2, stride=2)
-        self.pos = nn.Parameter(torch.zeros(1, 16, dim))
-        self.blocks = nn.ModuleList(Block(dim, heads, 2 * dim) for _ in range(depth))
+        self.patch = nn.Conv2d(1, dim, patch, stride=patch)
+        self.pos = nn.Parameter(torch.zeros(1, (img // patch) ** 2, dim))
+        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio * dim) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, classes)
 
