@@ -14,6 +14,7 @@ from hotcompile.backend import HotBackend, calibrate, clear_plans, hot_backend, 
 from hotcompile.config import HotConfig, HotConfigError
 from hotcompile.eager import eager_frames
 from hotcompile.graphdiff import diff
+from hotcompile.inplace import compile_model
 from hotcompile.lqs import Plan, PlanEntry
 from hotcompile.memory import saved_activation_bytes, saved_tensors
 from hotcompile.numerics import nonfinite_layers
@@ -30,6 +31,7 @@ __all__ = [
     "PlanEntry",
     "calibrate",
     "clear_plans",
+    "compile_model",
     "diff",
     "eager_frames",
     "hot_backend",
