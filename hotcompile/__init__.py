@@ -17,6 +17,7 @@ from hotcompile.graphdiff import diff
 from hotcompile.lqs import Plan, PlanEntry
 from hotcompile.memory import saved_activation_bytes, saved_tensors
 from hotcompile.numerics import nonfinite_layers
+from hotcompile.plantable import PlanTable
 from hotcompile.report import report
 
 __version__ = "0.1.0"
@@ -28,6 +29,7 @@ __all__ = [
     "LayerSpec",
     "Plan",
     "PlanEntry",
+    "PlanTable",
     "calibrate",
     "clear_plans",
     "diff",
