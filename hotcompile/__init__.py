@@ -18,6 +18,7 @@ from hotcompile.inplace import compile_model
 from hotcompile.lqs import Plan, PlanEntry
 from hotcompile.memory import saved_activation_bytes, saved_tensors
 from hotcompile.numerics import nonfinite_layers
+from hotcompile.plantable import PlanTable
 from hotcompile.report import report
 
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ __all__ = [
     "LayerSpec",
     "Plan",
     "PlanEntry",
+    "PlanTable",
     "calibrate",
     "clear_plans",
     "compile_model",

@@ -37,6 +37,7 @@ from hotcompile.passes import (
     rewrite,
     tag_recompute,
 )
+from hotcompile.plantable import PlanTable
 
 log = logging.getLogger("hotcompile")
 
@@ -201,17 +202,80 @@ def _inductor(
 
 @dataclasses.dataclass
 class CompileRecord:
-    """One graph the backend compiled: its config and the per-layer plan."""
+    """One graph the backend compiled: its config and the per-layer plan. ``inference``: the
+    graph was compiled without gradients (no backward; nothing rewritten)."""
 
     graph_index: int
     config: HotConfig
     layers: list[LayerPlan]
     num_inputs: int
+    inference: bool = False
 
 
 #: the most recent graphs compiled by any hot backend in this process (see ``plans()``).
 RECORDS: collections.deque[CompileRecord] = collections.deque(maxlen=256)
 _counter = {"graphs": 0}
+#: whether a training graph of this process took HOT in some layer, and the reasons the
+#: "HOT changes nothing" warning has given (both reset by :func:`clear_plans`)
+_effect: dict[str, Any] = {"took_hot": False, "warned": set()}
+
+
+def needs_backward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    """Whether AOTAutograd will trace a backward for this graph, by its own rule
+    (``aot_module_simplified``: grad mode on and some input, parameters included, needing a
+    gradient). Under ``torch.no_grad()`` / ``inference_mode`` Dynamo calls the backend with
+    grad mode off (a change of grad mode is a guard: a training call recompiles)."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        return True
+    return any(p.requires_grad for p in gm.parameters())
+
+
+def _why_no_hot(layers: Sequence[LayerPlan]) -> str:
+    """Why no layer of a training graph took HOT, in a few words (the warning's reason)."""
+    if not layers:
+        return "it has no linear or conv2d layer (nor a matmul with a weight)"
+    reasons = [p.reason for p in layers]
+
+    def share(text: str) -> int:
+        return sum(text in r for r in reasons)
+
+    causes = [
+        ("excluded by pattern", "excluded by `exclude`"),
+        ("not matched by any include", "not matched by `include`"),
+        ("min_weight_numel", "below `min_weight_numel`"),
+        ("no gradient needed", "frozen with inputs that need no grad"),
+        ("speed:", "no faster than bf16 by the speed gate (prefer='speed')"),
+    ]
+    parts = [f"{n} {what}" for key, what in causes if (n := share(key))]
+    rest = len(layers) - sum(share(key) for key, _ in causes)
+    if rest:
+        parts.append(f"{rest} unsupported (see the reason column of hotcompile.plans())")
+    return f"all {len(layers)} linear/conv layers are skipped: " + ", ".join(parts)
+
+
+def _warn_no_hot(record: CompileRecord) -> None:
+    """Warn that a training compile changed nothing — its graph has no layer taking HOT's
+    backward and no graph of this process took one before it — once per reason, as Python's
+    default warning filter does once per message.
+
+    Why this scope: a model recompiles (a new batch size, the last smaller batch, eval) and
+    must not repeat the warning; a second model skipped for another reason must still get its
+    own. Once a graph took HOT, a graph without HOT layers is a piece of a working model (the
+    loss after a graph break, a DDP bucket holding only the gated head) rather than a sign of
+    a wrong setting, and stays at INFO. :func:`clear_plans` re-arms it."""
+    why = _why_no_hot(record.layers)
+    if _effect["took_hot"] or why in _effect["warned"]:
+        return
+    _effect["warned"].add(why)
+    log.warning(
+        "hotcompile: graph %d runs no HOT backward: %s. Training it is plain torch.compile; "
+        "print(hotcompile.plans()) shows each layer's reason. (Said once per reason until a "
+        "graph takes HOT; TORCH_LOGS=+hotcompile logs every graph.)",
+        record.graph_index,
+        why,
+    )
 
 
 class HotBackend:
@@ -240,19 +304,39 @@ class HotBackend:
             eager.note_eager_callers()
         except Exception:  # noqa: BLE001 - a diagnostic must never fail a compile
             log.debug("hotcompile: looking for eager callers failed", exc_info=True)
-        layers = rewrite(gm, self.config, example_inputs, probe_hla=self.probe_hla)
+        inference = not needs_backward(gm, example_inputs)
+        layers = rewrite(
+            gm, self.config, example_inputs, probe_hla=self.probe_hla, inference=inference
+        )
         _counter["graphs"] += 1
-        record = CompileRecord(_counter["graphs"], self.config, layers, len(example_inputs))
+        index = _counter["graphs"]
+        layers = [dataclasses.replace(p, graph=index) for p in layers]
+        record = CompileRecord(index, self.config, layers, len(example_inputs), inference)
         self.records.append(record)
         RECORDS.append(record)
-        n_hot = sum(p.path != "skipped" for p in layers)
-        log.info(
-            "hotcompile: graph %d: %d of %d linear/conv layers rewritten; compiler=%s",
-            record.graph_index,
-            n_hot,
-            len(layers),
-            self.config.compiler,
-        )
+        n_hot = sum(p.rewritten for p in layers)
+        if inference:
+            log.info(
+                "hotcompile: graph %d: inference compile (no gradient needed): no backward to "
+                "rewrite, the forward runs as plain torch.compile; %d of %d linear/conv layers "
+                "are eligible for HOT in training; compiler=%s",
+                index,
+                sum(p.path == "inference" for p in layers),
+                len(layers),
+                self.config.compiler,
+            )
+        else:
+            log.info(
+                "hotcompile: graph %d: %d of %d linear/conv layers rewritten; compiler=%s",
+                index,
+                n_hot,
+                len(layers),
+                self.config.compiler,
+            )
+            if n_hot:
+                _effect["took_hot"] = True
+            else:
+                _warn_no_hot(record)
         if self.config.compiler == "eager":
             return gm.forward
         if self.config.compiler == "aot_eager":
@@ -262,9 +346,10 @@ class HotBackend:
         return _inductor(gm, example_inputs, self.config, rewritten=n_hot > 0)
 
     @property
-    def layers(self) -> list[LayerPlan]:
-        """Every layer plan of every graph this backend compiled."""
-        return [p for r in self.records for p in r.layers]
+    def layers(self) -> PlanTable:
+        """Every layer plan of every graph this backend compiled (a list that prints as the
+        plan table, as :func:`plans` does)."""
+        return PlanTable(p for r in self.records for p in r.layers)
 
     def lqs_plan(self) -> Plan:
         """The decisions of this backend's layers as a plan: the g_x quantizer (LQS-measured or
@@ -364,12 +449,18 @@ def calibrate(
     return plan
 
 
-def plans() -> list[LayerPlan]:
-    """Layer plans of the graphs compiled recently in this process, oldest first."""
-    return [p for r in RECORDS for p in r.layers]
+def plans() -> PlanTable:
+    """Layer plans of the graphs compiled recently in this process, oldest first.
+
+    A list of :class:`LayerPlan` (a :class:`~hotcompile.plantable.PlanTable`) that prints as a
+    table — layer, op, weight, path, g_x, g_w, recipe, speed-up, reason — with a legend of the
+    paths: ``print(hotcompile.plans())``. Every row but a ``hot`` one says why."""
+    return PlanTable(p for r in RECORDS for p in r.layers)
 
 
 def clear_plans() -> None:
-    """Forget the recorded plans and eager frames (``torch._dynamo.reset()`` does not)."""
+    """Forget the recorded plans and eager frames (``torch._dynamo.reset()`` does not), and
+    re-arm the once-per-process warning about a training compile that rewrote nothing."""
     RECORDS.clear()
     eager.EAGER_FRAMES.clear()
+    _effect.update(took_hot=False, warned=set())

@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
             In your code:  torch.compile(model, backend="hot", options={...})
             The forward stays full precision; the backward of every linear/conv2d layer runs
             HOT: an INT4 Hadamard-quantized input gradient, an HLA + INT8 weight gradient,
-            and the forward saves an INT8 low-pass activation instead of the full one."""),
+            and the forward saves an INT8 low-pass activation instead of the full one.
+            print(hotcompile.plans()) shows, per layer, the path it took and why."""),
         epilog="Run 'hotcompile demo --help' for the demo's options.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

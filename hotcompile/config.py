@@ -245,9 +245,11 @@ class HotConfig:
             settings otherwise, comprehensive padding included (the buffers HOT's kernels
             touch are pinned unpadded: ``hotcompile.passes.layout``).
         check_nonfinite: ``"once"`` warns once per layer, naming it, when a NaN/Inf reaches a
-            HOT backward (the NaN/Inf itself always propagates); ``"off"`` skips the check
-            (on CUDA: the largest scale copied into a pinned ring without blocking, read when
-            it has landed, so a report can come a step later).
+            HOT backward on the ``ops`` lowering — in g_y or in the input x the g_w path reads
+            (``hotcompile.nonfinite_layers()`` lists them; the NaN/Inf itself always
+            propagates); ``"off"`` skips the check (on CUDA: the largest scale copied into a
+            pinned ring without blocking, read when it has landed, so a report can come a step
+            later).
         lowering: how HOT's backward is compiled. ``"native"``: as nodes inductor compiles,
             fuses and launches itself (``torch._scaled_mm`` / ``torch._int_mm`` GEMMs, the fused
             quantize kernels as ``triton_op``, ATen on CPU; ``hotcompile.lowering``) — no

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn as nn
@@ -18,6 +18,8 @@ import torch.nn.functional as F
 
 from hotcompile.backend import HotBackend
 from hotcompile.memory import saved_activation_bytes
+from hotcompile.passes import LayerPlan
+from hotcompile.plantable import format_plans
 
 
 def load_digits_split(seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -172,7 +174,8 @@ def train(
     model.eval()
     with torch.no_grad():
         acc = (compiled(xte).argmax(1) == yte).float().mean().item()
-    plan = backend.layers if backend is not None else []
+    # the training graphs' plans: the evaluation under no_grad compiled an inference graph
+    plan = [p for p in backend.layers if p.path != "inference"] if backend is not None else []
     return RunResult(name, variant, acc, loss.item(), saved, seconds, plan)
 
 
@@ -192,18 +195,10 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="step", leave=True, dynamic_ncols=True)
 
 
-def plan_table(plan) -> str:
-    """The per-layer plan as a text table (deduplicated across recompiles)."""
-    from tabulate import tabulate
-
-    rows, seen = [], set()
-    for p in plan:
-        d = p.describe()
-        key = (d["layer"], d["path"])
-        if key not in seen:
-            seen.add(key)
-            rows.append(d)
-    return tabulate(rows, headers="keys", tablefmt="github")
+def plan_table(plan: Iterable[LayerPlan]) -> str:
+    """The per-layer plan as a text table, one row per layer and path (the demo's last, smaller
+    batch recompiles): the formatter of ``print(hotcompile.plans())``."""
+    return format_plans(plan, dedupe=True)
 
 
 #: epochs per model: HOT's ViT needs ~30 to match FP32 on the 16-token digits grid

@@ -3,8 +3,21 @@
 Quantization must never turn a NaN or Inf gradient into a finite number (a max-abs scale of
 NaN/Inf makes every dequantized value non-finite, see ``quant``), and the user must learn
 which layer it reached first. ``check_scale`` is called by the backward ops with the scale of
-the incoming gradient: a non-finite scale means a non-finite gradient. Each layer is reported
-once per process (``reset`` forgets).
+each quantized operand they read: a non-finite scale means a non-finite operand. What is
+watched, exactly (the scales already exist, so watching costs no extra pass over the data):
+
+- ``"g_x"``: the layer's incoming gradient g_y, as the HQ g_x path quantizes it;
+- ``"g_w"``: g_y again, as the HLA g_w path quantizes it;
+- ``"x"``: the layer's input x, as the g_w path reads it (the codes ABC saved in the forward,
+  or x compressed in the backward with ``abc=False``). A NaN/Inf in the model's input shows
+  up here at the first HOT layer that computes g_w from it, even where the gradient flowing
+  back is finite (a ReLU, or a loss that ignores the row, stops it in g_y).
+
+Not watched: layers on the native lowering (``HotConfig.lowering``: linear layers compiled
+for CUDA by default), whose backward has no host code to check from; the weight; the g_w path
+of a ``gx_only`` layer (it has none) and of ``exact`` layers or ``gw_bits=None`` (no
+quantized g_w operand); and anything outside HOT layers. Each layer is reported once per
+process (``reset`` forgets).
 
 On CUDA the check must not stall the GPU: reading a device value on the host waits for all
 queued work, so a per-layer check in every backward would serialise host and device (and is
@@ -40,6 +53,14 @@ def _report(layer: str, path: str) -> None:
     if layer in _reported:
         return
     _reported[layer] = path
+    if path == "x":
+        log.warning(
+            "hotcompile: a NaN/Inf in the input x of layer %r reached its HOT backward (the g_w "
+            "path reads x's codes); its weight gradient is NaN/Inf. Later occurrences in this "
+            "layer are not reported.",
+            layer,
+        )
+        return
     log.warning(
         "hotcompile: a NaN/Inf gradient reached the HOT backward of layer %r (%s path); it "
         "propagates as NaN/Inf. Later occurrences in this layer are not reported.",
@@ -86,8 +107,9 @@ def _recorded_event() -> torch.cuda.Event:
 
 
 def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
-    """Warn once per layer when ``scale`` (of a gradient operand) is NaN/Inf (on CUDA without
-    a host sync: see the module docstring)."""
+    """Warn once per layer when ``scale`` is NaN/Inf (on CUDA without a host sync: see the
+    module docstring). ``path``: which operand it scales: ``"g_x"`` or ``"g_w"`` (g_y as that
+    path quantizes it) or ``"x"`` (the layer's input, as the g_w path reads it)."""
     global _flags, _cursor
     if not _deferred(scale):
         if layer not in _reported and not bool(torch.isfinite(scale).all()):
@@ -115,8 +137,13 @@ def check_scale(scale: torch.Tensor, layer: str, path: str) -> None:
 
 
 def nonfinite_layers() -> dict[str, str]:
-    """Layers whose HOT backward has seen a NaN/Inf gradient, with the path that saw it first
-    (waits for the CUDA checks still in flight)."""
+    """Layers whose HOT backward has seen a NaN/Inf, each with what it was seen in first:
+    ``"g_x"`` / ``"g_w"`` (the incoming gradient, on that path) or ``"x"`` (the layer's input,
+    read by the g_w path). Waits for the CUDA checks still in flight.
+
+    Only layers on the ``ops`` lowering are watched (linear layers compiled for CUDA run the
+    native lowering by default and are never listed: pass ``lowering="ops"`` to watch them),
+    and only with ``check_nonfinite="once"``; the module docstring lists what else is not."""
     _poll(wait=True)
     return dict(_reported)
 

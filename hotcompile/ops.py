@@ -307,7 +307,8 @@ def hla_grad_weight(
     """
     g_t = hla_operand(signed(gy, signs), grid_w, rows, block)
     gq, sg = _quantize(g_t, bits, False, rounding, "maxabs")
-    if check:
+    if check:  # x first: a NaN/Inf in x (sx) is where one in both started
+        numerics.check_scale(sx, layer, "x")
         numerics.check_scale(sg, layer, "g_w")
     if gq.dtype != xq.dtype:
         raise TypeError(f"hla_grad_weight: g_y codes are {gq.dtype}, the saved x codes {xq.dtype}")

@@ -47,6 +47,32 @@ log = logging.getLogger("hotcompile")
 #: embedding lookups: (target, position of the indices argument)
 EMBEDDING_TARGETS = {F.embedding: 0, torch.embedding: 1}
 
+#: what each ``LayerPlan.path`` means (the plan table's legend, ``hotcompile.PlanTable``)
+PATHS: dict[str, str] = {
+    "hot": "HOT's backward: g_x through HQ (Hadamard + low-bit GEMM), g_w through HLA + low-bit "
+    "codes of the saved, compressed activation (ABC)",
+    "gx_only": "frozen weight (requires_grad=False, e.g. a LoRA base): only g_x runs HOT; no "
+    "g_w is computed and nothing is saved for one",
+    "exact": "exact=True: HOT's autograd Function with every transform off (checks the plumbing)",
+    "skipped": "autograd's own backward; the reason column says why (the speed gate's 'speed:' "
+    "rows: HOT measured no faster than the exact bf16 backward on this GPU)",
+    "inference": "compiled without gradients (torch.no_grad, inference_mode, or nothing needs "
+    "a grad): there is no backward, so nothing is rewritten and the forward is plain",
+}
+#: the paths whose layers run HOT's autograd Function (``LayerPlan.rewritten``)
+REWRITTEN_PATHS = frozenset({"hot", "gx_only", "exact"})
+#: the reason of a ``gx_only`` layer
+GX_ONLY_REASON = (
+    "weight frozen (requires_grad=False): only g_x runs HOT; no g_w, nothing saved for it"
+)
+#: the reason of an ``exact`` layer
+EXACT_REASON = "exact=True: HOT's Function with every transform off (full-precision backward)"
+#: the reason of an ``inference`` layer
+INFERENCE_REASON = (
+    "compiled without gradients: no backward to rewrite; takes HOT's backward when compiled "
+    "for training"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class LayerPlan:
@@ -55,9 +81,12 @@ class LayerPlan:
     ``op``: the call as the model wrote it (``linear``, ``addmm``, ``matmul``, ...; a matmul
     with a weight operand runs as the linear layer it is); ``region``: ``"checkpoint"`` for a
     layer inside an activation-checkpointed region (its forward is recomputed in the backward).
-    ``path``: ``"hot"`` (HQ g_x + HLA g_w), ``"gx_only"`` (frozen weight: HQ g_x, nothing saved
-    for g_w), ``"exact"`` (config.exact: rewritten, every transform off) or ``"skipped"``
-    (autograd's backward; ``reason`` says why). ``hla_plan``: the plan's HLA choice for this
+    ``path``: one of :data:`PATHS` — ``"hot"`` (HQ g_x + HLA g_w), ``"gx_only"`` (frozen
+    weight: HQ g_x, nothing saved for g_w), ``"exact"`` (config.exact: rewritten, every
+    transform off), ``"skipped"`` (autograd's backward) or ``"inference"`` (the graph was
+    compiled without gradients: no backward exists to rewrite). ``reason`` says why for every
+    path but ``"hot"``. ``graph``: the backend's index of the compiled graph the plan belongs
+    to (0 outside the backend's records). ``hla_plan``: the plan's HLA choice for this
     layer ``(hla, e_hla, rule)`` when the plan made one (``spec.hla_rows`` is what runs).
     ``gy_from``: who makes HQ's operand of this layer's g_y when the layer does not quantize
     it itself (``"SwiGLU backward (gate * up)"`` for a gated MLP's gate and up layers under
@@ -78,6 +107,13 @@ class LayerPlan:
     region: str = ""
     recipe: str = ""
     gy_from: str = ""
+    graph: int = 0
+
+    @property
+    def rewritten(self) -> bool:
+        """The layer's backward is HOT's autograd Function (``hot``, ``gx_only``, ``exact``);
+        ``skipped`` and ``inference`` layers run autograd's backward or none at all."""
+        return self.path in REWRITTEN_PATHS
 
     @property
     def kind_text(self) -> str:
@@ -583,6 +619,7 @@ def rewrite(
     config: HotConfig,
     example_inputs: Any = None,
     probe_hla: bool = False,
+    inference: bool = False,
 ) -> list[LayerPlan]:
     """Rewrite ``gm`` in place; return the plan of every weight call it saw.
 
@@ -594,6 +631,10 @@ def rewrite(
     keys its runtime LQS state; without them a layer's state is keyed by ``gm`` instead.
     ``probe_hla`` (calibration only, eager compiler): layers that would run HLA keep x in full
     (ABC off) and measure HLA's g_w error in their backward, for the plan's HLA choice.
+    ``inference``: the graph is compiled without gradients (AOTAutograd traces no backward):
+    ``gm`` is left as it is, and each layer HOT would take is planned ``"inference"`` after
+    the static checks only (no speed gate, no LQS state): its reasons for skipping a layer
+    still show, and nothing claims a rewrite that cannot happen.
     """
     weights = node_objects(gm, example_inputs)
     root = Scope(gm, parameter_nodes(gm, example_inputs))
@@ -614,7 +655,12 @@ def rewrite(
             tokens[id(scope.gm)] = token_sequence_nodes(scope.gm, scope, outer) if auto else set()
         name = _name(call, scope, seen)
         args = (config, scope, call, name, weights, tokens[id(scope.gm)], probe_hla)
-        items.append([scope, call, args, _plan_call(*args, readers.get(_x_key(scope, call), 1))])
+        n_readers = readers.get(_x_key(scope, call), 1)
+        items.append([scope, call, args, _plan_call(*args, n_readers, inference=inference)])
+    if inference:
+        for item in items:
+            log.info("hotcompile: %s (%s): %s", item[3].name, item[3].path, item[3].reason)
+        return [item[3] for item in items]
     groups = _share_abc(items)
     # a DDPOptimizer piece: the readers of this graph's own inputs of linear layers, against
     # the readers of the same values in earlier pieces
@@ -773,10 +819,12 @@ def _plan_call(
     tokens: set,
     probe_hla: bool,
     x_readers: int = 1,
+    inference: bool = False,
 ) -> LayerPlan:
     """What to do with one weight call: a skipped plan with its reason, or the HOT plan whose
     ``spec`` the rewrite bakes into the graph. ``x_readers``: the layers reading this call's
-    x, which share its ABC if all take HOT (:func:`_share_abc`)."""
+    x, which share its ABC if all take HOT (:func:`_share_abc`). ``inference``: the graph has
+    no backward; a layer that passes the static checks is planned ``"inference"``."""
     kind = call.kind
     text = call.x in tokens
     config = config.for_layer(text)
@@ -823,6 +871,11 @@ def _plan_call(
                 f"padding={arg(node, 4, 'padding')!r} with stride {stride} is not supported"
             )
         conv = dict(stride=stride, padding=padding, dilation=dilation)
+    if inference:
+        return LayerPlan(
+            name, kind, wshape, "inference", INFERENCE_REASON, op=call.op, region=region,
+            recipe=recipe,
+        )  # fmt: skip
     if call.weight_left:  # the linear form's input is x.mT
         x = x.transpose(-1, -2)
     lowering = _lowering(config, kind, x, probe_hla)
@@ -849,7 +902,8 @@ def _plan_call(
         if why and x.device.type == "cuda":
             return skip(why, speed)
     path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")
+    reason = {"exact": EXACT_REASON, "gx_only": GX_ONLY_REASON}.get(path, "")
     return LayerPlan(
-        name, kind, wshape, path, "", spec, rule, x.requires_grad, hla_plan, speed,
+        name, kind, wshape, path, reason, spec, rule, x.requires_grad, hla_plan, speed,
         op=call.op, region=region, recipe=recipe,
     )  # fmt: skip

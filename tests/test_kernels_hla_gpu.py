@@ -218,6 +218,8 @@ def test_nan_propagates(which):
     assert out.isnan().all()
     if which == "gy":
         assert "nanlayer" in numerics.nonfinite_layers()
+    else:  # x's scale is watched too (the model's input, as the g_w path reads it)
+        assert numerics.nonfinite_layers() == {"nanlayer": "x"}
     c, s = hla_triton.hla_quantize(x.clone().fill_(float("inf")), 0, LP_L1, 8, "nearest")
     assert not s.isfinite().any()  # inf - inf in the butterfly: NaN
     numerics.reset()

@@ -448,7 +448,8 @@ def abc_compress_cuda(x, grid_w, rows, block, bits, rounding, signs=None):
 
 
 def _gw(gqt, sg, xqt, sx, block, layer, check):
-    if check:
+    if check:  # as the reference (ops.hla_grad_weight): x's scale, then g_y's
+        numerics.check_scale(sx, layer, "x")
         numerics.check_scale(sg, layer, "g_w")
     # the reference's acc.float() · (s_g·s_x/16), the scale applied in the GEMM's epilogue
     s = sg * sx / block
