@@ -33,9 +33,12 @@ T0=$(date +%s)
 left() { echo $(( $1-$(date +%s)+T0 )); }
 # $1: accuracy.py mode flags; $2: variants; $3: deadline (s since T0); $4: warm-up flags
 parallel_runs() {
+  # a gate cache brought along (.whl/gate.json, from an earlier call on the same GPU model)
+  # replaces the warm-up run
+  if [ -f .whl/gate.json ]; then mkdir -p /tmp/hc; cp .whl/gate.json /tmp/hc/; else
   timeout 240 python3 tools/accuracy.py $1 --no-progress --fresh --seeds 1 --variants hot_default \
     $4 --out /tmp/warm > $OUT/warm.log 2>&1
-  echo "gate warm rc=$? $(( $(date +%s)-T0 ))s"
+  echo "gate warm rc=$? $(( $(date +%s)-T0 ))s"; fi
   for v in $2; do for s in 0 1 2; do
     timeout $(left $3) python3 tools/accuracy.py $1 --no-progress --fresh --seeds 1 --first-seed $s \
       --variants $v --out $OUT/runs/${v}_s$s > $OUT/log_${v}_s$s.txt 2>&1 &
