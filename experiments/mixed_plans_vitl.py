@@ -103,6 +103,27 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(doc: dict, path: pathlib.Path) -> None:
+    """Loss per step of each variant (mean over seeds, log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, r in doc["variants"].items():
+        curves = list(r["losses"].values())
+        mean = [statistics.fmean(c[i] for c in curves) for i in range(len(curves[0]))]
+        ax.plot(range(1, len(mean) + 1), mean, lw=1.3, label=f"{name} ({len(curves)} seeds)")
+    ax.set(yscale="log", xlabel="step", ylabel="training loss (one fixed batch)",
+           title=f"ViT-L/16, mixed plans ({doc['device']})")  # fmt: skip
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -111,7 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("."))
+    p.add_argument("--replot", type=pathlib.Path, metavar="JSON",
+                   help="train nothing: write the table and plot of this result file")  # fmt: skip
     args = p.parse_args(argv)
+    if args.replot:
+        doc = json.loads(args.replot.read_text())
+        args.replot.with_suffix(".md").write_text(markdown(doc))
+        plot(doc, args.replot.with_suffix(".png"))
+        return 0
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -152,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             (args.out / "mixed_plans_vitl.md").write_text(markdown(doc))
         del model, compiled
         torch.cuda.empty_cache()
+    plot(doc, args.out / "mixed_plans_vitl.png")
     print(markdown(doc))
     return 0
 

@@ -1447,7 +1447,8 @@ def markdown_gpu_lm(
         f"- date: {env['date']}; command: `{env['command']}`"
         + (f" (merged with earlier runs of the same sizes: {', '.join(merged)})" if merged else ""),
         f"- model: {model}, every variant under bf16 autocast; HOT variants with "
-        '`prefer="paper"` (HOT on every eligible layer: the numerics, not the speed gate); '
+        '`prefer="paper"` (HOT on every eligible layer: the numerics, not the speed gate) '
+        "except `hot_default` (the speed gate on, as users get it; its plan is in the JSON); "
         "torchao variants convert every block linear (not the head) and compile with inductor",
         f"- training: {s['steps']} steps × {s['batch']} × {s['ctx']} bytes = "
         f"{s['tokens']:,} bytes of the stdlib's library code; AdamW (0.9, 0.95), lr "
