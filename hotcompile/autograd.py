@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
-from hotcompile import lqs
+from hotcompile import fp8, lqs
 from hotcompile.hla import hla_transform, patch_side, signed
 from hotcompile.lowering import hot as native
 from hotcompile.quant import FP8_E4M3
@@ -52,6 +52,10 @@ class LayerSpec:
     full, and the eager compiler so the backward runs on real tensors): the backward also
     measures HLA's g_w error for the layer's LQS state (``hotcompile.lqs.observe_hla``), which
     decides the plan's HLA choice.
+
+    ``forward``: the forward GEMM's precision — ``"bf16"`` (``F.linear`` as the model wrote
+    it, the paper's) or ``"fp8_rowwise"`` / ``"fp8_tensorwise"`` (:func:`hotcompile.fp8.linear`,
+    ``HotConfig.forward="fp8"``). The backward does not depend on it.
     """
 
     name: str
@@ -76,6 +80,7 @@ class LayerSpec:
     check: bool = True
     hla_probe: bool = False
     lowering: str = "ops"
+    forward: str = "bf16"
     stride: tuple[int, int] = (1, 1)
     padding: tuple[int, int] = (0, 0)
     dilation: tuple[int, int] = (1, 1)
@@ -495,9 +500,12 @@ class HotLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, spec: LayerSpec):
-        y = F.linear(x, weight, bias)
         if is_empty(x):
-            spec = dataclasses.replace(spec, exact=True)
+            spec = dataclasses.replace(spec, exact=True, forward="bf16")
+        if spec.forward == "bf16":
+            y = F.linear(x, weight, bias)
+        else:  # "fp8_rowwise" / "fp8_tensorwise"
+            y = fp8.linear(x, weight, bias, spec.forward.removeprefix("fp8_"))
         ctx.spec = spec
         ctx.x_shape = x.shape
         ctx.x_dtype = x.dtype

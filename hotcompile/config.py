@@ -41,6 +41,10 @@ KERNEL_IMPLS = ("auto", "cutlass", "cuda", "triton", "torch")
 LOWERINGS = ("auto", "native", "ops")
 #: which layers take HOT's backward (``hotcompile.lowering.gate``)
 PREFERENCES = ("speed", "memory", "paper")
+#: the precision of a HOT layer's forward GEMM (``HotConfig.forward``)
+FORWARDS = ("bf16", "fp8")
+#: FP8 forward scales (``HotConfig.forward_scaling``)
+FORWARD_SCALINGS = ("rowwise", "tensorwise")
 #: numerics per model family (``HotConfig.recipe``)
 RECIPES = ("auto", "text", "vision", "paper")
 #: what a recipe sets, group by group: a group is applied only when every field in it is still
@@ -299,6 +303,23 @@ class HotConfig:
             never overridden — but a value equal to the default cannot be told from the
             default, so to keep e.g. INT4 g_x on text layers pass ``recipe="vision"``. The
             plan table's ``recipe`` column says which recipe each layer got.
+        forward: the precision of a HOT layer's forward GEMM ``y = x Wᵀ``. ``"bf16"``
+            (default): the paper's full-precision forward (bf16 under autocast). ``"fp8"``:
+            ``torch._scaled_mm`` on FP8-e4m3 operands (``hotcompile.fp8``), composed with
+            HOT's backward and ABC — the forward's GEMMs are the largest cost a bf16 forward
+            leaves (``tools/results/llama_ceiling.md``). The casts are ATen, so inductor
+            computes them in the kernel that produces x (RMSNorm, SwiGLU, a residual add).
+            Where the gate runs (``prefer="speed"`` on CUDA) it times the layer's whole step
+            both ways (FP8 forward + HOT backward against bf16 forward + exact backward) and
+            keeps bf16 where FP8 does not pay. Linear layers only; a layer keeps a bf16
+            forward, with the reason in the plan's ``forward`` column, where a dim is not a
+            multiple of 16 (the FP8 GEMM's alignment), for the graph's last layer (an LM or
+            classifier head: FP8 recipes keep it in bf16, as torchao advises), under
+            ``exact=True`` and for empty inputs. No delayed scaling: the scales are the
+            current tensor's max-abs, as HOT's own quantizers.
+        forward_scaling: ``forward="fp8"``'s scales: ``"rowwise"`` (default: one per token
+            of x and one per output channel of W, max-abs/448) or ``"tensorwise"`` (one for
+            x, one for W).
     """
 
     block_size: int = 16
@@ -340,6 +361,8 @@ class HotConfig:
     lowering: str = "auto"
     prefer: str = "speed"
     recipe: str = "auto"
+    forward: str = "bf16"
+    forward_scaling: str = "rowwise"
 
     def __post_init__(self) -> None:
         if self.recipe not in RECIPES:
@@ -419,6 +442,8 @@ class HotConfig:
         choice("kernels", KERNEL_IMPLS)
         choice("lowering", LOWERINGS)
         choice("prefer", PREFERENCES)
+        choice("forward", FORWARDS)
+        choice("forward_scaling", FORWARD_SCALINGS)
         if self.lowering == "native":
             if self.rounding == "stochastic":
                 raise bad(

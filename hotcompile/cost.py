@@ -42,6 +42,8 @@ class PathCosts:
         gx_bits: bit-width of the HQ GEMM operands, None when g_x is computed in FP32.
         gw_bits: bit-width of the g_w operands (and of the saved ABC buffer), None for FP32.
         hla: HLA projects the token dimension (r of n rows kept).
+        fwd_bits: bit-width of the forward GEMM's operands on HOT's side (8: an FP8 forward,
+            ``HotConfig.forward="fp8"``), None for the paper's full-precision forward.
     """
 
     path: str
@@ -49,6 +51,7 @@ class PathCosts:
     gx_bits: int | None = 4
     gw_bits: int | None = 8
     hla: bool = True
+    fwd_bits: int | None = None
 
     @property
     def rewritten(self) -> bool:
@@ -79,6 +82,7 @@ class Formulas:
     hot_overhead_flops: sympy.Expr
     hot_backward_flops: sympy.Expr
     forward_bops: sympy.Expr
+    hot_forward_bops: sympy.Expr
     fp_backward_bops: sympy.Expr
     hot_backward_bops: sympy.Expr
     paper_fp_bytes: sympy.Expr
@@ -160,6 +164,7 @@ def formulas(p: PathCosts, bops_variant: str = "table5", qkv_factor: int = 1) ->
         hot_overhead_flops=2 * ops,
         hot_backward_flops=hot_flops,
         forward_bops=FP32_BOPS * gemm,
+        hot_forward_bops=_gemm_bops(p.fwd_bits if p.rewritten else None) * gemm,
         fp_backward_bops=fp_bops,
         hot_backward_bops=hot_bops,
         paper_fp_bytes=fp_bytes,

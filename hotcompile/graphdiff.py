@@ -444,6 +444,9 @@ class LayerDiff:
     graph: int = 0
     #: HOT's backward speed-up over bf16 (measured on CUDA, the H100 model on meta tensors)
     speedup: str = "-"
+    #: the forward GEMM (``LayerPlan.forward``) and why it is bf16 where FP8 was asked for
+    forward: str = "bf16"
+    forward_reason: str = ""
 
     @property
     def flagged(self) -> bool:
@@ -966,6 +969,8 @@ def diff(
                     quantizer=q,
                     quantizer_rule=rule,
                     speedup=plan.speedup_text() if plan is not None else "-",
+                    forward=plan.forward if plan is not None else "bf16",
+                    forward_reason=plan.forward_reason if plan is not None else "",
                     fw_before=lines(before.fw_lines),
                     fw_after=lines(after.fw_lines),
                     bw_before=lines(before.bw_lines),
@@ -1099,11 +1104,13 @@ def _render_text(d: GraphDiff, color: bool, code: bool) -> str:
                 path,
                 lay.quantizer or "-",
                 lay.quantizer_rule or "-",
+                lay.forward + (f" ({lay.forward_reason})" if lay.forward_reason else ""),
                 lay.speedup,
                 flag,
             ]
         )
-    heads = ["layer", "kind", "path", "quantizer", "rule", "speed-up", "full-precision x"]
+    heads = ["layer", "kind", "path", "quantizer", "rule", "forward", "speed-up"]
+    heads.append("full-precision x")
     out += _table(rows, heads, st)
     ran = d.kernels_ran()
     if ran:

@@ -24,6 +24,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("path", "path"),
     ("g_x", "g_x"),
     ("g_w", "g_w"),
+    ("forward", "forward"),
     ("recipe", "recipe"),
     ("speed-up", "speed-up"),
     ("reason", "note"),

@@ -41,7 +41,7 @@ GIB = 1024**3
 #: metrics of a layer, grouped as in the JSON; totals use the same keys.
 METRICS: dict[str, tuple[str, ...]] = {
     "flops": ("forward", "vanilla_backward", "hot_overhead", "hot_backward"),
-    "bops": ("forward", "fp_backward", "hot_backward", "fp_train", "hot_train"),
+    "bops": ("forward", "hot_forward", "fp_backward", "hot_backward", "fp_train", "hot_train"),
     "memory": ("paper_fp_bytes", "paper_hot_bytes"),
 }
 _FORMULA_OF = {
@@ -50,6 +50,7 @@ _FORMULA_OF = {
     ("flops", "hot_overhead"): "hot_overhead_flops",
     ("flops", "hot_backward"): "hot_backward_flops",
     ("bops", "forward"): "forward_bops",
+    ("bops", "hot_forward"): "hot_forward_bops",
     ("bops", "fp_backward"): "fp_backward_bops",
     ("bops", "hot_backward"): "hot_backward_bops",
     ("memory", "paper_fp_bytes"): "paper_fp_bytes",
@@ -103,6 +104,10 @@ class LayerReport:
     speedup: str = "-"
     #: who writes HQ's g_y operand when not the layer's own pass (``LayerPlan.gy_from``)
     gy_from: str = ""
+    #: the forward GEMM (``LayerPlan.forward``: bf16, or FP8 under ``forward="fp8"``) and why
+    #: a layer keeps bf16 where FP8 was asked for
+    forward: str = "bf16"
+    forward_reason: str = ""
 
     def to_json(self, formulas: bool = False) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -119,6 +124,8 @@ class LayerReport:
             "gw_format": self.gw_format if self.gw_bits == 8 else None,
             "speedup": self.speedup,
             "gy_from": self.gy_from or None,
+            "forward": self.forward,
+            "forward_reason": self.forward_reason or None,
             "hla": {"n": self.n, "r": self.r},
             "quantizer": self.quantizer,
             "weight_grad": self.weight_grad,
@@ -227,7 +234,7 @@ class Report:
         from tabulate import tabulate
 
         headers = [
-            "layer", "kind", "L", "O", "I", "path", "gx/gw bits", "quantizer",
+            "layer", "kind", "L", "O", "I", "path", "gx/gw bits", "forward", "quantizer",
             "vanilla MFLOP", "overhead MFLOP", "ovh %", "FP GBOPs", "HOT GBOPs",
             "paper FP MiB", "paper HOT MiB", "speed-up",
         ]  # fmt: skip
@@ -239,6 +246,7 @@ class Report:
             rows.append([
                 lay.name, lay.kind, j["L"], lay.O, lay.I,
                 lay.path + (f" ({lay.reason})" if lay.reason else ""), bits,
+                lay.forward + (f" ({lay.forward_reason})" if lay.forward_reason else ""),
                 (lay.quantizer or "-") + (" *" if lay.gy_from else ""),
                 j["flops"]["vanilla_backward"] / 1e6, j["flops"]["hot_overhead"] / 1e6,
                 j["flops"]["hot_overhead_pct"], j["bops"]["fp_backward"] / 1e9,
@@ -247,7 +255,7 @@ class Report:
             ])  # fmt: skip
         t = self.totals
         rows.append([
-            "TOTAL", "", "", "", "", "", "", "", t["flops"]["vanilla_backward"] / 1e6,
+            "TOTAL", "", "", "", "", "", "", "", "", t["flops"]["vanilla_backward"] / 1e6,
             t["flops"]["hot_overhead"] / 1e6, t["flops"]["hot_overhead_pct"],
             t["bops"]["fp_backward"] / 1e9, t["bops"]["hot_backward"] / 1e9,
             t["memory"]["paper_fp_bytes"] / 2**20, t["memory"]["paper_hot_bytes"] / 2**20, "",
@@ -645,8 +653,9 @@ def _layer(
     hla = bool(spec is not None and spec.hla_rows)
     gx_bits = spec.gx_bits if spec is not None and spec.gx_quantized else None
     gw_bits = spec.gw_bits if spec is not None and not spec.exact else None
+    fwd_bits = 8 if spec is not None and spec.forward != "bf16" else None
     path = cost.PathCosts(
-        plan.path, node.weight_grad and plan.path != "gx_only", gx_bits, gw_bits, hla
+        plan.path, node.weight_grad and plan.path != "gx_only", gx_bits, gw_bits, hla, fwd_bits
     )
     qkv = 4 if opts["official_qkv"] and "qkv" in plan.name else 1
     f = cost.formulas(path, opts["bops_variant"], qkv)
@@ -655,7 +664,7 @@ def _layer(
     for (group, key), attr in _FORMULA_OF.items():
         values.setdefault(group, {})[key] = cost.to_number(cost.evaluate(getattr(f, attr), subs))
     values["bops"]["fp_train"] = values["bops"]["forward"] + values["bops"]["fp_backward"]
-    values["bops"]["hot_train"] = values["bops"]["forward"] + values["bops"]["hot_backward"]
+    values["bops"]["hot_train"] = values["bops"]["hot_forward"] + values["bops"]["hot_backward"]
     values["bops"] = {k: values["bops"][k] for k in METRICS["bops"]}
     return LayerReport(
         name=plan.name, kind=kind, graph=graph_index, L=L_sym, L_value=L_val, O=O, I=I,
@@ -663,7 +672,8 @@ def _layer(
         gw_bits=gw_bits if path.hot_gw else None, n=n, r=rows if hla else n,
         quantizer=_quantizer(plan), weight_grad=node.weight_grad, formulas=f, values=values,
         gw_format=spec.gw_format if spec is not None else _gw_format_unrewritten(config),
-        speedup=plan.speedup_text(), gy_from=plan.gy_from,
+        speedup=plan.speedup_text(), gy_from=plan.gy_from, forward=plan.forward,
+        forward_reason=plan.forward_reason,
     )  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from hotcompile import lqs
+from hotcompile import fp8, lqs
 from hotcompile.autograd import LayerSpec, hot_conv2d, hot_linear, hot_swiglu, is_empty
 from hotcompile.config import HotConfig
 from hotcompile.hla import hla_rows
@@ -108,6 +108,15 @@ class LayerPlan:
     recipe: str = ""
     gy_from: str = ""
     graph: int = 0
+    forward_reason: str = ""
+
+    @property
+    def forward(self) -> str:
+        """The layer's forward GEMM: ``"bf16"`` (as the model wrote it; every layer HOT does
+        not run), ``"fp8 rowwise"`` or ``"fp8 tensorwise"`` (``HotConfig.forward="fp8"``)."""
+        if self.spec is None or not self.rewritten or self.spec.forward == "bf16":
+            return "bf16"
+        return self.spec.forward.replace("_", " ")
 
     @property
     def rewritten(self) -> bool:
@@ -197,9 +206,15 @@ class LayerPlan:
             "g_w": gw,
             "rounding": s.rounding if hot else "-",
             "recipe": self.recipe if hot else "-",
+            "forward": self.forward,
             "speed-up": self.speedup_text(),
-            "note": "; ".join(filter(None, (self.reason or self._hla_note(), self._gy_note()))),
+            "note": "; ".join(filter(None, self._notes())),
         }
+
+    def _notes(self) -> tuple[str, ...]:
+        """The reason column: why the layer is not ``hot`` (or HLA's plan note), where g_y's
+        codes come from, and why its forward is not the configured one."""
+        return (self.reason or self._hla_note(), self._gy_note(), self.forward_reason)
 
     def _gy_note(self) -> str:
         """Where HQ's g_y operand comes from when another kernel writes it."""
@@ -495,6 +510,7 @@ def _gate(
     native_gw_format: str = "fp8",
     w_dtype: torch.dtype = torch.float32,
     x_readers: int = 1,
+    forward: str = "bf16",
 ) -> tuple[Speed | None, str]:
     """``prefer="speed"``: the gate's times for this layer (measured on CUDA, the roofline
     model on meta tensors, both of the native path) and the reason to keep the exact backward
@@ -532,6 +548,7 @@ def _gate(
         wdtype=str(w_dtype).replace("torch.", ""),
         x_amax_given=spec.abc_max_abs == "producer",
         x_readers=1 if (spec.hla_signs and spec.hla_rows) or not spec.abc else x_readers,
+        forward=forward,
     )  # fmt: skip
     speed = decide(shape, x.device)
     return speed, "" if speed.hot else f"speed: {speed.describe()}"
@@ -649,14 +666,16 @@ def rewrite(
     calls = list(weight_calls(root))
     readers = _x_readers(calls)
     items = []
-    for scope, call in calls:
+    last = len(calls) - 1
+    for i, (scope, call) in enumerate(calls):
         if id(scope.gm) not in tokens:  # a HOP body: its inputs carry the outer marks
             outer = tokens.get(id(scope.outer.gm), set()) if scope.outer else set()
             tokens[id(scope.gm)] = token_sequence_nodes(scope.gm, scope, outer) if auto else set()
         name = _name(call, scope, seen)
         args = (config, scope, call, name, weights, tokens[id(scope.gm)], probe_hla)
         n_readers = readers.get(_x_key(scope, call), 1)
-        items.append([scope, call, args, _plan_call(*args, n_readers, inference=inference)])
+        plan = _plan_call(*args, n_readers, inference=inference, last=i == last)
+        items.append([scope, call, args, plan])
     if inference:
         for item in items:
             log.info("hotcompile: %s (%s): %s", item[3].name, item[3].path, item[3].reason)
@@ -820,11 +839,14 @@ def _plan_call(
     probe_hla: bool,
     x_readers: int = 1,
     inference: bool = False,
+    last: bool = False,
 ) -> LayerPlan:
     """What to do with one weight call: a skipped plan with its reason, or the HOT plan whose
     ``spec`` the rewrite bakes into the graph. ``x_readers``: the layers reading this call's
     x, which share its ABC if all take HOT (:func:`_share_abc`). ``inference``: the graph has
-    no backward; a layer that passes the static checks is planned ``"inference"``."""
+    no backward; a layer that passes the static checks is planned ``"inference"``. ``last``:
+    the graph's last weight call (an LM or classifier head), which keeps a bf16 forward under
+    ``forward="fp8"``."""
     kind = call.kind
     text = call.x in tokens
     config = config.for_layer(text)
@@ -891,19 +913,51 @@ def _plan_call(
         spec = dataclasses.replace(spec, hla_rows=())
     if probe_hla:
         spec = dataclasses.replace(spec, abc=False, hla_probe=bool(spec.hla_rows))
+    forward, forward_reason = _forward(config, kind, x, wshape, last)
+    spec = dataclasses.replace(spec, forward=forward)
     speed = None
     if config.prefer == "speed" and not config.exact and x.device.type in ("cuda", "meta"):
         # on CUDA the measured verdict decides; on meta tensors (hotcompile report) the
         # roofline model says what to expect on an H100 and decides nothing
         native_fmt = gw_format_of(config, "native")
         speed, why = _gate(
-            spec, kind, x, wshape[0], w.requires_grad, native_fmt, w.dtype, x_readers
+            spec, kind, x, wshape[0], w.requires_grad, native_fmt, w.dtype, x_readers, forward
         )
         if why and x.device.type == "cuda":
             return skip(why, speed)
+        if speed is not None and forward != "bf16" and not speed.fp8_forward:
+            forward_reason = (
+                f"forward: FP8 {speed.fwd_fp8_us:.0f} µs is no faster than bf16 "
+                f"{speed.fwd_bf16_us:.0f} µs ({speed.source}): bf16 forward"
+            )
+            if x.device.type == "cuda":
+                spec = dataclasses.replace(spec, forward="bf16")
     path = "exact" if config.exact else ("hot" if w.requires_grad else "gx_only")
     reason = {"exact": EXACT_REASON, "gx_only": GX_ONLY_REASON}.get(path, "")
     return LayerPlan(
         name, kind, wshape, path, reason, spec, rule, x.requires_grad, hla_plan, speed,
-        op=call.op, region=region, recipe=recipe,
+        op=call.op, region=region, recipe=recipe, forward_reason=forward_reason,
     )  # fmt: skip
+
+
+#: why the graph's last layer keeps a bf16 forward under ``forward="fp8"``
+HEAD_FORWARD_REASON = "forward: bf16 for the graph's last layer (a head), as FP8 recipes keep it"
+
+
+def _forward(
+    config: HotConfig, kind: str, x: torch.Tensor, wshape: tuple[int, ...], last: bool
+) -> tuple[str, str]:
+    """The layer's forward GEMM (``LayerSpec.forward``) and, where ``forward="fp8"`` was asked
+    for and the layer keeps bf16, why."""
+    if config.forward == "bf16":
+        return "bf16", ""
+    if config.exact:
+        return "bf16", "forward: exact=True keeps every part in full precision"
+    if kind != "linear":
+        return "bf16", "forward: the FP8 forward is for linear layers (conv keeps bf16)"
+    if last:
+        return "bf16", HEAD_FORWARD_REASON
+    why = fp8.unsupported(_hint(x.shape[-1]), wshape[0])
+    if why:
+        return "bf16", why
+    return f"fp8_{config.forward_scaling}", ""

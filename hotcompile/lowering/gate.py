@@ -60,20 +60,45 @@ class Speed:
     #: layers whose backward shares one ABC quantization of x, this one included
     #: (``Shape.x_readers``): ``hot_us`` carries 1/shared of that quantization
     shared: int = 1
+    #: the forward GEMM both ways (``Shape.forward`` FP8 only; 0 where the forward was not
+    #: timed): bf16 (the weight's autocast copy included) and FP8 (both operands' casts and
+    #: ``torch._scaled_mm``)
+    fwd_bf16_us: float = 0.0
+    fwd_fp8_us: float = 0.0
+
+    @property
+    def fp8_forward(self) -> bool:
+        """The FP8 forward pays for itself: at least 3% faster than the bf16 forward."""
+        return self.fwd_fp8_us > 0 and self.fwd_fp8_us <= MARGIN * self.fwd_bf16_us
+
+    @property
+    def step_hot_us(self) -> float:
+        """HOT's side of the layer's whole step: its backward plus the forward it would run."""
+        return self.hot_us + (self.fwd_fp8_us if self.fp8_forward else self.fwd_bf16_us)
+
+    @property
+    def step_bf16_us(self) -> float:
+        return self.bf16_us + self.fwd_bf16_us
 
     @property
     def speedup(self) -> float:
-        return self.bf16_us / self.hot_us if self.hot_us > 0 else math.inf
+        return self.step_bf16_us / self.step_hot_us if self.step_hot_us > 0 else math.inf
 
     @property
     def hot(self) -> bool:
-        return self.hot_us <= MARGIN * self.bf16_us
+        return self.step_hot_us <= MARGIN * self.step_bf16_us
 
     def describe(self) -> str:
         verdict = "HOT" if self.hot else "exact bf16"
+        if self.hot and self.fwd_fp8_us:
+            verdict += f", {'FP8' if self.fp8_forward else 'bf16'} forward"
         share = f" (x's ABC shared by {self.shared} layers)" if self.shared > 1 else ""
+        fwd = ""
+        if self.fwd_fp8_us:
+            fwd = (f"; forward FP8 {self.fwd_fp8_us:.0f} vs bf16 {self.fwd_bf16_us:.0f} µs, "
+                   "whole step")  # fmt: skip
         return (
-            f"{self.source}: HOT {self.hot_us:.0f} µs{share} vs bf16 {self.bf16_us:.0f} µs "
+            f"{self.source}: HOT {self.hot_us:.0f} µs{share} vs bf16 {self.bf16_us:.0f} µs{fwd} "
             f"({self.speedup:.2f}x) -> {verdict}"
         )
 
@@ -83,8 +108,9 @@ class Speed:
 #: 3: codes times the scale's reciprocal, the weight quantized in the forward from its GEMM
 #: copy, the bf16 side's cast of g_w to the weight's dtype; 4: the exact side also timed with
 #: unaligned dims padded as inductor pads them; ``Shape.x_amax_given``; 5: ``Shape.x_readers``,
-#: ABC timed alone too, kept under the layer-alone key)
-MEASURE_VERSION = 5
+#: ABC timed alone too, kept under the layer-alone key; 6: ``Shape.forward``, the forward
+#: timed both ways for ``HotConfig.forward="fp8"``)
+MEASURE_VERSION = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +143,10 @@ class Shape:
     #: it. The rewrite passes more than 1 only where every one of them takes HOT so charged
     #: (``hotcompile.passes.rewrite._share_abc``)
     x_readers: int = 1
+    #: the forward HOT's side would run: ``"bf16"`` (not timed: the same on both sides) or
+    #: ``"fp8_rowwise"`` / ``"fp8_tensorwise"`` (``HotConfig.forward="fp8"``: both forwards
+    #: timed, the faster taken on HOT's side)
+    forward: str = "bf16"
 
     def key(self, device_name: str) -> str:
         head = f"{device_name}|{torch.__version__}|v{MEASURE_VERSION}|"
@@ -177,7 +207,23 @@ def estimate(s: Shape) -> Speed:
         x_reads = 1 if plain and s.x_amax_given else 2
         hot += _pass_us(gy_reads * L * O * 2 + k * O, gy_reads)
         hot += _pass_us(x_reads * L * I * 2 + k * I, x_reads) / s.x_readers
-    return Speed(bf16, hot, "model", s.x_readers)
+    fwd_bf16 = fwd_fp8 = 0.0
+    if s.forward != "bf16":
+        fwd_bf16 = _gemm_us(L, O, I, "bf16") + _pass_us(O * I * 6)  # the weight's bf16 copy
+        fwd_fp8 = _gemm_us(L, O, I, "fp8") + _fp8_casts_us(s)
+    return Speed(bf16, hot, "model", s.x_readers, fwd_bf16, fwd_fp8)
+
+
+def _fp8_casts_us(s: Shape) -> float:
+    """The FP8 forward's casts as the compiled step runs them (modelled, not timed): x's codes
+    are one more byte per element written by the kernel that produces x (inductor computes
+    the row max-abs and the cast there, in a pass the step makes anyway), the weight's one
+    pass over the parameter (read it, write its codes)."""
+    return (s.L * s.I) / HBM * 1e6 + _pass_us(s.O * s.I * (_itemsize(s.wdtype) + 1))
+
+
+def _itemsize(dtype: str) -> int:
+    return getattr(torch, dtype).itemsize
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -386,11 +432,29 @@ def measure(s: Shape, device: torch.device) -> Speed:
                     times["hot_us"] = _graph_us(_hot_fn(s, gy, w, x))
                 if shares:
                     times["abc_us"] = _graph_us(_abc_fn(s, x))
+                if s.forward != "bf16" and "fwd_fp8_us" not in times:
+                    times.update(_forward_us(s, x, w))
             _store(key, times)
     hot_us = times["hot_us"]
     if shares:  # one quantization of x for all its readers: this layer's share of it
         hot_us -= times["abc_us"] * (1 - 1 / n)
-    return Speed(times["bf16_us"], hot_us, "measured", n)
+    fwd = (times["fwd_bf16_us"], times["fwd_fp8_us"]) if s.forward != "bf16" else (0.0, 0.0)
+    return Speed(times["bf16_us"], hot_us, "measured", n, *fwd)
+
+
+def _forward_us(s: Shape, x: torch.Tensor, w: torch.Tensor) -> dict[str, float]:
+    """Both forwards of ``s``: bf16 (the weight's autocast copy and the GEMM) and FP8 (the
+    GEMM timed, the casts modelled by :func:`_fp8_casts_us`: timed as eager ATen they would
+    be several kernels each, where the compiled step fuses them)."""
+    from hotcompile import fp8
+
+    wb = w.to(x.dtype)
+    xq, sx, wq, sw = fp8.operands(x, wb, s.forward.removeprefix("fp8_"))
+    dtype = torch.bfloat16 if s.forward == "fp8_rowwise" else x.dtype
+    bf16 = _graph_us(lambda: torch.mm(x, w.to(x.dtype).t()))
+    gemm = _graph_us(lambda: torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw,
+                                               out_dtype=dtype))  # fmt: skip
+    return {"fwd_bf16_us": bf16, "fwd_fp8_us": gemm + _fp8_casts_us(s)}
 
 
 def decide(s: Shape, device: torch.device | None) -> Speed:

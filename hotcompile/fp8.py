@@ -1,0 +1,104 @@
+"""The FP8 forward GEMM of a HOT layer (``HotConfig.forward="fp8"``).
+
+HOT's paper keeps the forward in full precision; with a bf16 forward the forward's GEMMs are
+the largest cost HOT leaves (a Llama-style step cannot pass ~1.16× inductor's even with free
+quantizers, ``tools/results/llama_ceiling.md``). This module runs ``y = x Wᵀ`` on FP8-e4m3
+operands instead, as torchao's float8 training does, so that it composes with HOT's backward
+and ABC in one layer:
+
+- **rowwise** (default): one scale per token of x and one per output channel of W, each the
+  row's max-abs / 448 (e4m3's largest finite value) — the scales sit on the GEMM's M and N
+  dims, so ``torch._scaled_mm`` applies them in its epilogue;
+- **tensorwise**: one max-abs scale for x and one for W.
+
+No delayed scaling: every scale is the current tensor's max-abs, as HOT's own quantizers
+(:func:`hotcompile.quant.quantize` with ``FP8_E4M3`` is the quantizer here too).
+
+:func:`linear_reference` is the specification: codes dequantized and multiplied in float32.
+:func:`linear` is what a compiled step runs: the casts as ATen (inductor computes them in the
+kernel that produces x — RMSNorm, SwiGLU, a residual add — and the weight's in one pass over
+the parameter) and the GEMM as ``torch._scaled_mm``, which inductor lowers itself; where the
+device has no FP8 GEMM, the reference. Both are tested against each other
+(``tests/test_fp8.py``); HOT's backward does not depend on which forward ran (it reads g_y
+and ABC's codes of x, never y).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hotcompile.quant import FP8_E4M3, dequantize, has_fp8_gemm, quantize
+
+#: ``torch._scaled_mm`` needs both dims of the second operand (K and N) to be multiples of 16
+ALIGN = 16
+SCALINGS = ("rowwise", "tensorwise")
+
+
+def unsupported(in_features: int, out_features: int) -> str:
+    """Why a layer of this shape cannot take the FP8 forward ("" when it can)."""
+    bad = [f"{n}={v}" for n, v in (("in", in_features), ("out", out_features)) if v % ALIGN]
+    if bad:
+        return (
+            f"forward: {', '.join(bad)} not a multiple of {ALIGN} (the FP8 GEMM's alignment): "
+            "bf16 forward"
+        )
+    return ""
+
+
+def out_dtype(x: torch.Tensor) -> torch.dtype:
+    """What ``F.linear`` would return: the autocast dtype inside an autocast region, else x's."""
+    dev = x.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+
+
+def operands(
+    x2: torch.Tensor, w: torch.Tensor, scaling: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """e4m3 codes and float32 scales of x ``[M, K]`` and W ``[N, K]``: rowwise ``[M, 1]`` and
+    ``[1, N]`` (the shapes ``torch._scaled_mm`` takes), tensorwise 0-dim.
+
+    Each operand is quantized from the dtype the bf16 forward's GEMM would read (autocast's
+    copy inside an autocast region), so the FP8 forward's only departure from it is e4m3's
+    rounding."""
+    if scaling not in SCALINGS:
+        raise ValueError(f"FP8 forward scaling is one of {SCALINGS}, got {scaling!r}")
+    dtype = out_dtype(x2)
+    xq, sx = quantize(x2.to(dtype), 8, scaling == "rowwise", FP8_E4M3)
+    wq, sw = quantize(w.to(dtype), 8, scaling == "rowwise", FP8_E4M3)
+    if scaling == "rowwise":
+        return xq, sx[:, None], wq, sw[None, :]
+    return xq, sx.reshape(()), wq, sw.reshape(())
+
+
+def linear_reference(
+    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, scaling: str = "rowwise"
+) -> torch.Tensor:
+    """The specification: ``x Wᵀ (+ bias)`` from the dequantized e4m3 codes, in float32, then
+    cast to what ``F.linear`` would return."""
+    x2 = x.reshape(-1, x.shape[-1])
+    xq, sx, wq, sw = operands(x2, w, scaling)
+    y = dequantize(xq, sx.reshape(-1)) @ dequantize(wq, sw.reshape(-1)).t()
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(out_dtype(x)).reshape(*x.shape[:-1], w.shape[0])
+
+
+def linear(
+    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, scaling: str = "rowwise"
+) -> torch.Tensor:
+    """``x Wᵀ (+ bias)`` with FP8 operands: ``torch._scaled_mm`` where the device multiplies
+    FP8 (Hopper/Ada GPUs, torch's CPU kernel) and the shape is aligned, else the reference.
+    The output is bf16 from the GEMM (its accumulation is float32), then the bias is added in
+    the output dtype, as ``F.linear`` under autocast does."""
+    K, N = x.shape[-1], w.shape[0]
+    if unsupported(K, N) or not has_fp8_gemm(x.device) or x.numel() == 0:
+        return linear_reference(x, w, bias, scaling)
+    x2 = x.reshape(-1, K)
+    xq, sx, wq, sw = operands(x2, w, scaling)
+    dtype = out_dtype(x)
+    gemm_dtype = torch.bfloat16 if scaling == "rowwise" else dtype  # rowwise: bf16 out only
+    y = torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw, out_dtype=gemm_dtype)
+    y = y.to(dtype)
+    if bias is not None:
+        y = y + bias.to(dtype)
+    return y.reshape(*x.shape[:-1], N)

@@ -1,0 +1,157 @@
+"""The FP8 forward (``HotConfig.forward="fp8"``, issue 34) on the CPU.
+
+``hotcompile.fp8.linear_reference`` (dequantized e4m3 codes multiplied in float32) is the
+specification; ``fp8.linear`` (``torch._scaled_mm``, which the CPU build of torch runs too) must
+match it, and both must be an FP8-accurate ``F.linear``. HOT's backward must not depend on
+the forward's precision; the plan, the report and the diff must say which forward each layer
+runs and why a layer keeps bf16.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import rel
+
+import hotcompile
+from hotcompile import HotBackend, HotConfigError, fp8
+from hotcompile.autograd import LayerSpec, hot_linear
+from hotcompile.demo import DigitsViT
+
+SCALINGS = ("rowwise", "tensorwise")
+
+
+def _data(m: int = 40, k: int = 64, n: int = 48, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g)
+    x[3] *= 50  # one loud token: rowwise scales keep the others' resolution
+    w = torch.randn(n, k, generator=g) * 0.05
+    b = torch.randn(n, generator=g)
+    return x, w, b
+
+
+@pytest.mark.parametrize("scaling", SCALINGS)
+@pytest.mark.parametrize("autocast", [False, True])
+def test_fast_path_matches_the_reference(scaling, autocast):
+    x, w, b = _data()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        ref = fp8.linear_reference(x, w, b, scaling)
+        fast = fp8.linear(x, w, b, scaling)
+        exact = F.linear(x, w, b)
+    assert fast.dtype == ref.dtype == exact.dtype
+    assert rel(fast, ref) < 1e-2  # the GEMM's bf16 output (rowwise) and its accumulation
+    # e4m3 keeps 3 mantissa bits: each operand's rounding is at most 2^-4 relative
+    assert 2e-3 < rel(ref, exact) < 0.06
+
+
+def test_rowwise_scales_are_per_token_and_per_channel():
+    x, w, b = _data()
+    xq, sx, wq, sw = fp8.operands(x, w, "rowwise")
+    assert xq.dtype == wq.dtype == torch.float8_e4m3fn
+    assert sx.shape == (x.shape[0], 1) and sw.shape == (1, w.shape[0])
+    torch.testing.assert_close(sx[:, 0], x.abs().amax(1) / 448)
+    torch.testing.assert_close(sw[0], w.abs().amax(1) / 448)
+    # the loud token does not coarsen the others (it would under tensorwise scales)
+    quiet = [i for i in range(x.shape[0]) if i != 3]
+    err_row = rel(fp8.linear_reference(x[quiet], w, None), F.linear(x[quiet], w))
+    err_tensor = rel(fp8.linear_reference(x, w, None, "tensorwise")[quiet], F.linear(x[quiet], w))
+    assert err_row < err_tensor
+
+
+def test_unaligned_shapes_fall_back_and_say_why():
+    assert fp8.unsupported(64, 48) == ""
+    assert "in=70" in fp8.unsupported(70, 48) and "out=50" in fp8.unsupported(64, 50)
+    x = torch.randn(5, 70)
+    w = torch.randn(50, 70)
+    torch.testing.assert_close(fp8.linear(x, w, None), fp8.linear_reference(x, w, None))
+
+
+def test_nan_in_the_input_reaches_the_output():
+    x, w, b = _data()
+    x[7, 5] = float("nan")
+    y = fp8.linear(x, w, b)
+    assert torch.isnan(y[7]).all() and torch.isfinite(y[:7]).all()
+
+
+def test_bad_scaling_and_option_are_errors():
+    x, w, _ = _data()
+    with pytest.raises(ValueError, match="rowwise"):
+        fp8.operands(x, w, "blockwise")
+    with pytest.raises(HotConfigError, match="forward"):
+        HotBackend(forward="fp16")
+    with pytest.raises(HotConfigError, match="forward_scaling"):
+        HotBackend(forward="fp8", forward_scaling="columnwise")
+
+
+@pytest.mark.parametrize("forward", ["fp8_rowwise", "fp8_tensorwise"])
+def test_hot_backward_does_not_depend_on_the_forward(forward):
+    x, w, b = _data()
+    x3 = x.reshape(2, 20, 64)
+    gy = torch.randn(2, 20, 48, generator=torch.Generator().manual_seed(1))
+    grads = {}
+    for fwd in ("bf16", forward):
+        spec = LayerSpec(name="l", forward=fwd, rounding="nearest", gx_scaling="per_token")
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x3, w, b))
+        y = hot_linear(xs, ws, bs, spec)
+        y.backward(gy)
+        grads[fwd] = (y.detach(), xs.grad, ws.grad, bs.grad)
+    (y0, *g0), (y1, *g1) = grads["bf16"], grads[forward]
+    assert rel(y1, y0) > 1e-3  # the forward really ran in FP8
+    for a, b_ in zip(g0, g1):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0)
+
+
+def _compiled_vit(**options):
+    hotcompile.clear_plans()
+    torch.manual_seed(0)
+    model = DigitsViT()
+    x = torch.randn(16, 1, 8, 8)
+    be = HotBackend(compiler="aot_eager", prefer="paper", **options)
+    out = torch.compile(model, backend=be)(x)
+    out.sum().backward()
+    return model, x, out, be
+
+
+@pytest.mark.parametrize("scaling", SCALINGS)
+def test_backend_runs_the_fp8_forward_and_plans_say_so(scaling):
+    model, x, out, be = _compiled_vit(forward="fp8", forward_scaling=scaling)
+    rows = {p.name: p for p in be.layers}
+    for name in ("blocks.0.qkv", "blocks.0.fc1", "blocks.1.fc2"):
+        assert rows[name].forward == f"fp8 {scaling}" and not rows[name].forward_reason
+    assert rows["head"].forward == "bf16" and "last layer" in rows["head"].forward_reason
+    assert rows["patch"].forward == "bf16" and "linear layers" in rows["patch"].forward_reason
+    table = str(hotcompile.plans())
+    assert "forward" in table and f"fp8 {scaling}" in table
+    with torch.no_grad():
+        exact = model(x)
+    assert 1e-3 < rel(out, exact) < 0.1  # FP8 ran, and is FP8-accurate
+
+
+def test_default_forward_is_bf16():
+    model, x, out, be = _compiled_vit()
+    assert {p.forward for p in be.layers} == {"bf16"}
+    assert not any(p.forward_reason for p in be.layers)
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_exact_keeps_the_bf16_forward():
+    _, _, _, be = _compiled_vit(forward="fp8", exact=True)
+    assert {p.forward for p in be.layers} == {"bf16"}
+    assert all("exact=True" in p.forward_reason for p in be.layers if p.kind == "linear")
+
+
+def test_report_counts_fp8_forward_bit_operations():
+    from hotcompile.report import report
+
+    plain = report(DigitsViT(), torch.empty(4, 1, 8, 8))
+    fp8_rep = report(DigitsViT(), torch.empty(4, 1, 8, 8), {"forward": "fp8"})
+    by_name = {lay.name: lay for lay in fp8_rep.layers}
+    qkv = by_name["blocks.0.qkv"].values["bops"]
+    assert by_name["blocks.0.qkv"].forward == "fp8 rowwise"
+    assert qkv["hot_forward"] * 16 == qkv["forward"]  # 8x8 bits against the paper's 32x32
+    head = by_name["head"].values["bops"]
+    assert head["hot_forward"] == head["forward"] and by_name["head"].forward_reason
+    assert fp8_rep.totals["bops"]["hot_train"] < plain.totals["bops"]["hot_train"]
+    assert "fp8 rowwise" in fp8_rep.table()
