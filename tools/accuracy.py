@@ -995,6 +995,8 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     # the default as users get it on a GPU (issue 36): the speed gate picks HOT per layer
     # (the tool's prefer="paper" overridden), the plan it chose is recorded
     "hot_default": {"prefer": "speed"},
+    # issue 34: the forward's GEMMs in FP8 as well (every layer but the head, prefer="paper")
+    "hot_fp8": {"forward": "fp8"},
     # ablations (not in the default run): which part of HOT costs the LM at this scale. All
     # pin recipe="vision" (they ran when it was the default); those with HLA pin
     # hla_signs=False: they ran when the low-pass was the default.

@@ -14,7 +14,8 @@ Models (tools/bench_models.py, random init, nothing downloaded):
   vit_b16  timm ViT-B/16, 224x224, batch 128 per GPU, on a fixed pool of 8 random batches
            per rank (random images, random labels: the loss falls as the model memorises)
 
-Variants: inductor (torch.compile), hot (backend="hot" plus --hot-options), torchao_float8
+Variants: inductor (torch.compile), hot (backend="hot" plus --hot-options), hot_fp8 (the same
+with forward="fp8": FP8 forward GEMMs, issue 34), torchao_float8
 (torchao.float8.convert_to_float8_training, tensorwise, every nn.Linear but the head, then
 torch.compile; skipped with a message when torchao is missing).
 
@@ -62,7 +63,9 @@ import bench_models  # noqa: E402  (the models bench_train trains)
 from bench_train import VariantSkipped, WithLoss, convert_float8  # noqa: E402
 from gpu_tests import _commit  # noqa: E402
 
-VARIANTS = ("inductor", "hot", "torchao_float8")
+VARIANTS = ("inductor", "hot", "hot_fp8", "torchao_float8")
+#: options each hot variant adds to --hot-options (hot_fp8: issue 34's FP8 forward)
+HOT_VARIANTS: dict[str, dict[str, Any]] = {"hot": {}, "hot_fp8": {"forward": "fp8"}}
 MODELS = ("llama", "vit_b16")
 WRAPPERS = ("ddp", "fsdp2")
 
@@ -104,8 +107,9 @@ def build(args: argparse.Namespace, name: str, variant: str, device: torch.devic
         info["float8"] = convert_float8(core, spec.classifier, emulate=device.type != "cuda")
     model = WithLoss(core).to(device)
     backend: dict[str, Any] = {}
-    if variant == "hot":
+    if variant in HOT_VARIANTS:
         opts = dict(json.loads(args.hot_options)) if args.hot_options else {}
+        opts.update(HOT_VARIANTS[variant])
         if args.smoke:
             opts.setdefault("compiler", "aot_eager")
         backend = {"backend": "hot", "options": opts}
@@ -152,7 +156,7 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
     per_rank = args.batch or (spec.quick_batch if args.smoke else spec.default_batch)
     rec: dict[str, Any] = {"model": name, "variant": variant, "wrapper": wrapper_label(args)}
     rec.update(world=world, batch_per_rank=per_rank, steps=args.steps, warmup=args.warmup)
-    if variant == "hot":  # this run's plans only (the process keeps every compiled graph's)
+    if variant in HOT_VARIANTS:  # this run's plans only (the process keeps every compiled graph's)
         import hotcompile
 
         hotcompile.clear_plans()
@@ -196,7 +200,7 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
         losses=[round(v, 5) for v in curve.tolist()],
         peak_gib=[p.item() / 2**30 if p.item() >= 0 else None for p in peaks],
     )
-    if variant == "hot":
+    if variant in HOT_VARIANTS:
         import hotcompile
 
         plans = hotcompile.plans()

@@ -15,6 +15,11 @@ test of the same model family and code path):
   gpt2       HF ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small: n_embd 768, 12 layers,
              vocab 50257, n_positions 1024, head tied to the token embedding), SDPA attention,
              seq 1024, batch 8. quick: n_embd 64, 2 layers, 4 heads, vocab 256, seq 64.
+  llama8b    issue 34's second Llama: HF LlamaForCausalLM at Llama-3-8B's layer widths (hidden
+             4096, intermediate 14336, 32 heads, 8 KV heads, vocab 32000), 2 layers, seq 4096,
+             batch 2: not run unless named. quick: hidden 64, intermediate 224, 2 KV heads.
+  vit_l16    timm ``vit_large_patch16_224`` (1000 classes), 224x224, batch 64: not run unless
+             named. quick: as vit_b16's.
   gpt2_linear
              gpt2 with transformers' Conv1D layers (GPT-2's block linears: addmm with an
              (in, out) weight) swapped for equivalent nn.Linear: not run unless named.
@@ -172,6 +177,31 @@ def _llama(quick: bool, layers: int | None = None) -> nn.Module:
         dims["num_hidden_layers"] = layers
     cfg = tf.LlamaConfig(**dims, use_cache=False, attn_implementation="sdpa")
     return tf.LlamaForCausalLM(cfg)
+
+
+def _llama8b(quick: bool) -> nn.Module:
+    """Two Llama blocks at Llama-3-8B's layer widths (issue 34's second Llama)."""
+    tf = import_module("transformers")
+    dims = (
+        dict(hidden_size=64, intermediate_size=224, num_hidden_layers=2, num_attention_heads=4)
+        | dict(num_key_value_heads=2, vocab_size=256, max_position_embeddings=64)
+        if quick
+        else dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=2)
+        | dict(num_attention_heads=32, num_key_value_heads=8, vocab_size=32000)
+        | dict(max_position_embeddings=4096)
+    )
+    cfg = tf.LlamaConfig(**dims, use_cache=False, attn_implementation="sdpa")
+    return tf.LlamaForCausalLM(cfg)
+
+
+def _vit_l16(quick: bool) -> nn.Module:
+    timm = import_module("timm")
+    if quick:
+        return timm.create_model(
+            "vit_large_patch16_224", pretrained=False, num_classes=10, img_size=32,
+            patch_size=8, embed_dim=64, depth=2, num_heads=4,
+        )  # fmt: skip
+    return timm.create_model("vit_large_patch16_224", pretrained=False, num_classes=1000)
 
 
 def _gpt2(quick: bool) -> nn.Module:
@@ -335,6 +365,37 @@ MODELS: dict[str, ModelSpec] = {
         "256, seq 32",
         requires=("transformers",),
         classifier=("lm_head",),
+    ),
+    "llama8b": ModelSpec(
+        "llama8b",
+        "HF LlamaForCausalLM at Llama-3-8B's layer widths (hidden 4096, intermediate 14336, "
+        "32 heads, 8 KV heads, vocab 32000), 2 layers, SDPA attention, no KV cache, random "
+        "init, seq 4096, next-token cross-entropy",
+        _llama8b,
+        _tokens(32000, 4096, 256, 32),
+        2,
+        2,
+        quick_description="LlamaConfig hidden 64, intermediate 224, 2 layers, 4 heads, 2 KV "
+        "heads, vocab 256, seq 32",
+        requires=("transformers",),
+        classifier=("lm_head",),
+        default=False,
+        quick_default=False,
+    ),
+    "vit_l16": ModelSpec(
+        "vit_l16",
+        "timm vit_large_patch16_224 (random init; 304M parameters: 24 blocks, dim 1024, 16 "
+        "heads, MLP 4096), 224x224 images, 1000 classes, cross-entropy on random labels",
+        _vit_l16,
+        _images(224, 1000),
+        64,
+        4,
+        quick_description="timm VisionTransformer, 32x32 images, patch 8, dim 64, depth 2, "
+        "4 heads, 10 classes",
+        requires=("timm",),
+        classifier=("head",),
+        default=False,
+        quick_default=False,
     ),
     "resnet50": ModelSpec(
         "resnet50",

@@ -177,6 +177,13 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     },
     "hot_late_codes": {"weight_codes": "backward"},
     "hot_memory_views": {"prefer": "memory", "abc_recompute": "views"},
+    # issue 34: the forward's GEMMs in FP8 too (torch._scaled_mm, rowwise scales by default),
+    # composed with HOT's backward and ABC; under the speed gate like the default
+    "hot_fp8": {"forward": "fp8"},
+    "hot_fp8_cg": {"forward": "fp8", "mode": "reduce-overhead"},
+    "hot_fp8_tensorwise": {"forward": "fp8", "forward_scaling": "tensorwise"},
+    "hot_fp8_memory": {"forward": "fp8", "prefer": "memory"},
+    "torchao_float8_rowwise": None,
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
     "inductor_cpp": None,
     "hot_cpp": {"inductor_config": {"cpp_wrapper": True}},
@@ -191,6 +198,7 @@ PLAIN_MODES: dict[str, str | None] = {
     "inductor_cg": "reduce-overhead",
     "torchao_float8": None,
     "torchao_float8_cg": "reduce-overhead",
+    "torchao_float8_rowwise": None,
     "inductor_cpp": None,
 }
 
@@ -198,7 +206,9 @@ PLAIN_MODES: dict[str, str | None] = {
 PLAIN_OPTIONS: dict[str, dict[str, Any]] = {"inductor_cpp": {"cpp_wrapper": True}}
 
 #: variants that convert the model with torchao's float8 training first
-TORCHAO_VARIANTS = ("torchao_float8", "torchao_float8_cg")
+TORCHAO_VARIANTS = ("torchao_float8", "torchao_float8_cg", "torchao_float8_rowwise")
+#: torchao's float8 recipe of each torchao variant
+TORCHAO_RECIPES = {"torchao_float8_rowwise": "rowwise"}
 
 
 def is_hot(variant: str) -> bool:
@@ -278,6 +288,18 @@ VARIANT_NOTES: dict[str, str] = {
     "of their weights)",
     "hot_memory_views": 'as hot_memory, with abc_recompute="views" (run 32: with the weight '
     'codes made in the backward, then prefer="memory"\'s choice)',
+    "hot_fp8": 'as hot, with forward="fp8": the forward GEMM of each HOT layer in FP8-e4m3 '
+    "(torch._scaled_mm, rowwise scales: per token of x, per output channel of W), the casts "
+    "ATen that inductor fuses; the gate times forward + backward both ways; the graph's last "
+    "layer (the head) keeps bf16",
+    "hot_fp8_cg": 'as hot_fp8, with options={"mode": "reduce-overhead"}; judged against '
+    "inductor_cg",
+    "hot_fp8_tensorwise": 'as hot_fp8, with forward_scaling="tensorwise" (one scale for x, one '
+    "for W)",
+    "hot_fp8_memory": 'as hot_fp8, with prefer="memory" (every eligible layer HOT, the memory '
+    "options of hot_memory)",
+    "torchao_float8_rowwise": "as torchao_float8 with torchao's rowwise recipe "
+    '(`Float8LinearConfig.from_recipe_name("rowwise")`)',
     "inductor_cpp": '`torch.compile(model, options={"cpp_wrapper": True})`: inductor\'s '
     "wrapper code in C++ (kernels launched without Python; a longer compile)",
     "hot_cpp": 'as hot, with options={"inductor_config": {"cpp_wrapper": True}}; judged '
@@ -622,7 +644,10 @@ def run_variant(
         x = x.contiguous(memory_format=torch.channels_last)
     float8 = None
     if variant in TORCHAO_VARIANTS:
-        float8 = convert_float8(model, spec.classifier, emulate=device.type != "cuda")
+        float8 = convert_float8(
+            model, spec.classifier, emulate=device.type != "cuda",
+            recipe=TORCHAO_RECIPES.get(variant, "tensorwise"),
+        )  # fmt: skip
     module = WithLoss(model)
     compiled = compile_variant(module, variant, compiler, extra)
     opt, fused = _fused_adamw(list(module.parameters()), device)

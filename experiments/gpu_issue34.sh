@@ -1,0 +1,61 @@
+#!/bin/bash
+# Issue 34's GPU work (forward="fp8"), one device call per part, each under the 10-minute limit
+# (written in the session that built the option on the CPU; none of it has run yet):
+#
+#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh tests", carry=[".whl"])
+#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh llamas", carry=[".whl"])
+#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh vits", carry=[".whl"])
+#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh acc", carry=[".whl"])
+#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh fsdp2", carry=[".whl"],
+#       kind="nvidia-h200-x2")
+#
+# tests:  the FP8 forward's GPU tests (tests/test_fp8_gpu.py), the NaN-in-x check of the HLA
+#         kernel (test_kernels_hla_gpu.py -k nan), then test_lowering_gpu.py and test_gpu.py.
+# llamas: tools/bench_train.py on the Llama-style model and the Llama at Llama-3-8B widths,
+#         inductor / hot / hot_fp8 / hot_fp8_memory / torchao float8 tensorwise and rowwise,
+#         one process per variant (--isolate), the gate's verdicts in the JSON.
+# vits:   the same on timm ViT-L/16 (batch 64) and ViT-B/16 (batch 128).
+# acc:    the ~127M HF Llama on bytes, bf16 / hot / hot_fp8 / torchao_fp8, 3 seeds (12
+#         processes on one GPU; an H200's memory holds them, an H100's may not).
+# fsdp2:  tools/bench_distributed.py --wrapper fsdp2 on 2 GPUs, inductor / hot / hot_fp8 /
+#         torchao_float8, 200 steps.
+#
+# .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
+part=${1:-tests}
+export PYTHONUNBUFFERED=1
+ln -sfn ../passes hotcompile/passes; ln -sfn ../csrc hotcompile/csrc
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1
+export PYTHONPATH=$PWD:/tmp/site HOTCOMPILE_CACHE=/tmp/hc HOTCOMPILE_COMMIT=${COMMIT:-unknown}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
+T0=$(date +%s)
+left() { echo $(( $1-$(date +%s)+T0 )); }
+bench() {  # $1 models, $2 variants, $3 deadline (s since T0)
+  timeout $(left $3) python3 tools/bench_train.py --no-progress --isolate --profile 0 --steps 10 \
+    --models $1 --variants $2 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "bench rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| (inductor|hot|torchao)" $OUT/bench/bench_train.md
+}
+V=inductor,hot,hot_fp8,hot_fp8_memory,torchao_float8,torchao_float8_rowwise
+if [ "$part" = tests ]; then
+  timeout 120 python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1
+  echo "fp8 rc=$?"; tail -3 $OUT/fp8.log
+  timeout 120 python3 -m pytest tests/test_kernels_hla_gpu.py -q -p no:cacheprovider -k nan \
+    > $OUT/nan.log 2>&1; echo "nan rc=$?"; tail -3 $OUT/nan.log
+  timeout $(left 580) python3 -m pytest tests/test_lowering_gpu.py tests/test_gpu.py -q \
+    -p no:cacheprovider > $OUT/gpu.log 2>&1; echo "gpu rc=$?"; tail -5 $OUT/gpu.log
+elif [ "$part" = llamas ]; then
+  bench llama,llama8b $V 580
+elif [ "$part" = vits ]; then
+  bench vit_l16,vit_b16 inductor,hot,hot_fp8,torchao_float8,torchao_float8_rowwise 580
+elif [ "$part" = acc ]; then
+  for v in bf16 hot hot_fp8 torchao_fp8; do for s in 0 1 2; do
+    timeout $(left 580) python3 tools/accuracy.py --gpu-lm --arch llama --deadline 0 --no-progress \
+      --fresh --seeds 1 --first-seed $s --variants $v --out $OUT/runs/${v}_s$s > $OUT/log_${v}_s$s.txt 2>&1 &
+  done; done
+  wait; grep -h -E "seed [0-9]:" $OUT/log_*.txt
+elif [ "$part" = fsdp2 ]; then
+  timeout $(left 580) torchrun --nproc-per-node 2 tools/bench_distributed.py --wrapper fsdp2 \
+    --models llama --variants inductor hot hot_fp8 torchao_float8 --steps 200 --out $OUT/dist \
+    > $OUT/dist.log 2>&1; echo "dist rc=$?"; tail -20 $OUT/dist.log
+fi
+tar czf $OUT/all.tgz -C $OUT --exclude=all.tgz . 2>/dev/null
