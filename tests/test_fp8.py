@@ -155,3 +155,41 @@ def test_report_counts_fp8_forward_bit_operations():
     assert head["hot_forward"] == head["forward"] and by_name["head"].forward_reason
     assert fp8_rep.totals["bops"]["hot_train"] < plain.totals["bops"]["hot_train"]
     assert "fp8 rowwise" in fp8_rep.table()
+
+
+@pytest.mark.slow
+def test_composes_with_text_recipe_memory_and_checkpointing():
+    """A tiny HF Llama with activation checkpointing, prefer="memory" and the text recipe:
+    every block linear runs the FP8 forward, the LM head keeps bf16, and it trains."""
+    from hotcompile import compat
+
+    pytest.importorskip("transformers")
+    tf = compat.import_module("transformers")  # mends a CUDA torchvision beside a CPU torch
+    cfg = tf.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, max_position_embeddings=64, use_cache=False,
+        attn_implementation="sdpa",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(cfg)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    hotcompile.clear_plans()
+    options = {"compiler": "aot_eager", "forward": "fp8", "prefer": "memory"}
+    compiled = torch.compile(model, backend="hot", options=options)
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    x = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(4):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = compiled(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    plans = {p.name: p for p in hotcompile.plans()}
+    blocks = [p for n, p in plans.items() if n.startswith("model.layers.")]
+    assert len(blocks) == 14 and all(p.forward == "fp8 rowwise" for p in blocks)
+    assert all(p.recipe == "text" and p.region == "checkpoint" for p in blocks)
+    assert plans["lm_head"].forward == "bf16" and plans["lm_head"].forward_reason
+    assert losses[-1] < losses[0]
