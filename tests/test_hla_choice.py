@@ -214,12 +214,12 @@ def test_inductor_honours_the_plan():
 
 
 def test_the_estimator_study_s_unbiased_hla_variants_are_unbiased():
-    """``tools/repros/hla_estimators_lm.py`` compares HLA with two unbiased variants of it;
+    """``experiments/hla_estimators_lm.py`` compares HLA with two unbiased variants of it;
     its conclusion rests on them being unbiased (mean over draws → the exact g_w) while the
     fixed-row HLA is not (on white-noise tokens it keeps about half)."""
     from conftest import load_tool
 
-    study = load_tool("repros/hla_estimators_lm.py")
+    study = load_tool("hla_estimators_lm.py", "experiments")
     g = torch.Generator().manual_seed(0)
     gy3, x3 = torch.randn(4, 64, 12, generator=g), torch.randn(4, 64, 10, generator=g)
     exact = study.weight_grad(gy3, x3, "exact", g)

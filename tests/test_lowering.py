@@ -39,7 +39,7 @@ def mlp_step(
     """One compiled training step of :class:`MLP` (or ``model_cls``, 32 wide in) under bf16
     autocast, seed 0: the gradients (of x and of every parameter) and the bytes the compiled
     graph saves for its backward. Shared by the GPU tests and
-    ``tools/repros/late_codes_grads.py``."""
+    ``experiments/late_codes_grads.py``."""
     from hotcompile import memory
 
     torch.manual_seed(0)
@@ -312,7 +312,7 @@ def test_codes_are_the_references() -> None:
 
 def test_gate_model_orders_the_shapes_as_measured() -> None:
     """The roofline model (for reports without a GPU) agrees with the H100 measurements of
-    tools/results/native_stages_h100.md on which side wins: an LLM down projection gains
+    experiments/results/native_stages_h100.md on which side wins: an LLM down projection gains
     (measured 1.21x with FP8 g_w), ViT-B's qkv loses (0.62x), a 1000-class head over 128
     samples loses; and the verdict follows the margin."""
     fp8 = "fp8_e4m3"
