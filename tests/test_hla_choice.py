@@ -299,6 +299,7 @@ def test_hla_signs_compile_without_random_ops_and_save_no_more():
         HotConfig.from_options({"hla_signs": "yes"})
 
 
+@pytest.mark.slow
 def test_hla_signs_under_inductor_match_aot_eager():
     """Inductor's generated code computes the same sign hash (integer ops) as the decomposed
     graph: the same weight gradients as the aot_eager pipeline, to float rounding. Exact g_x

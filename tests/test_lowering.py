@@ -699,6 +699,7 @@ def test_layers_reading_one_x_quantize_it_once_while_traced(
     assert calls.count((2, 40, 32)) == calls.count((2, 40, 64)) >= 2, calls
 
 
+@pytest.mark.slow
 def test_swiglu_hq_makes_both_operands_in_the_swiglu_backward(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -826,7 +827,9 @@ def test_swiglu_hq_fuses_only_a_gated_product_of_two_hq_layers() -> None:
 
 
 @pytest.mark.parametrize("recipe", ["text", "vision"])
-@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+@pytest.mark.parametrize(
+    "compiler", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)]
+)
 def test_weight_codes_in_the_backward_same_gradients(compiler: str, recipe: str) -> None:
     """``weight_codes="backward"``: the native g_x path quantizes the weight in the backward,
     from the parameter cast as the forward's GEMM read it: the same codes, so the same
