@@ -43,6 +43,7 @@ HAVE_TIMM = sys.modules["bench_models"].missing(bench.MODELS["vit_b16"]) is None
 TIMM_MODELS = {"vit_b16", "resnet50"}
 
 
+#: the tests that read it are marked slow: the run takes ~60-100 s on 2 cores
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     """``bench_train.py --quick`` in a fresh interpreter: (the JSON, the markdown)."""
@@ -273,6 +274,7 @@ def test_a_missing_library_skips_the_model(
     assert "Skipped: no_such_lib_x not installed" in (tmp_path / "bench_train.md").read_text()
 
 
+@pytest.mark.slow  # reads the module's --quick run (~60 s)
 def test_merge_combines_split_runs(
     quick_run: tuple[dict[str, Any], str], tmp_path: pathlib.Path
 ) -> None:
