@@ -10,7 +10,7 @@ namespace {
 // Returns an HqStatus (0 = done) instead of throwing: hotcompile/kernels/hq_cuda.py checks
 // every argument before the call and raises in Python, and TORCH_CHECK builds its message
 // with a std::ostringstream, which crashes any JIT extension on the test machine (torch
-// 2.11+cu130; tools/repros/extension_iostream_probe.py).
+// 2.11+cu130; experiments/extension_iostream_probe.py).
 int hq_quantize(const at::Tensor& gy, at::Tensor& codes, at::Tensor& scales,
                 at::Tensor& amax_tmp, bool per_token, double qmax, int64_t rounding, int64_t pm) {
   if (!gy.is_cuda() || gy.dim() != 2 || gy.stride(1) != 1 || !codes.is_cuda() ||

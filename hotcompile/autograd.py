@@ -407,7 +407,7 @@ def _native_compress_once(spec: LayerSpec, x, x3, grid_w, rows, weight: torch.Te
     Inductor merges identical ATen (the CPU path's quantizers) but not two launches of a
     ``triton_op`` kernel, each of which allocates its own outputs: on CUDA gate and up each
     quantized the same x (34 µs a layer on the benchmark's Llama,
-    ``tools/results/layer_passes_h100.md``) and the forward saved both copies. Only while
+    ``experiments/results/layer_passes_h100.md``) and the forward saved both copies. Only while
     tracing (fake tensors: nothing is held across steps), keyed by the very tensor object and
     its version counter (an in-place change of x between the layers computes anew); layers
     with HLA's signs (a hash salted by each layer's weight) always compute their own."""

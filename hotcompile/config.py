@@ -108,7 +108,7 @@ class HotConfig:
             ``"auto"`` (default): FP8 on the native lowering, INT8 elsewhere. Why: on Hopper the
             FP8 GEMM of the g_w path is 1.5–2.5× faster than ``torch._int_mm`` (H100, ViT-B
             qkv 38 vs 66 µs, fc1 51 vs 127 µs, LLM down 107 vs 158 µs;
-            tools/results/native_stages_h100.md) and decides whether HOT beats bf16 at all on
+            experiments/results/native_stages_h100.md) and decides whether HOT beats bf16 at all on
             LLM layers; its accuracy matches INT8's within the seeds' spread (CPU study, variant
             ``hot_fp8_gw`` in tools/results/accuracy.md). The paper chose INT8 for GPUs without
             FP8. ``gw_bits=4`` always uses INT codes.
@@ -122,7 +122,7 @@ class HotConfig:
             estimates ``g_yᵀx`` without bias. The paper's fixed low-pass is biased — it never
             sees the high-sequency part of g_yᵀx — and that bias is what breaks language
             models (byte LM, unquantized, 3 seeds: low-pass +17.3%, with random signs +0.5%;
-            ``tools/repros/hla_estimators_lm.py``). Costs a small integer hash per layer and
+            ``experiments/hla_estimators_lm.py``). Costs a small integer hash per layer and
             step; the kernels multiply as they read, so no signed copy of x or g_y is made.
             ``"auto"`` (default): signs on the layers whose input is computed from a token
             embedding (an embedding lookup of integer inputs the user passes — not of the
@@ -195,7 +195,7 @@ class HotConfig:
             makes HQ's operands of both gradients: on CUDA the kernel that makes g_gate and
             g_up writes their codes too (``hotcompile.kernels.swiglu_triton``; the Llama's
             8192-wide rows on the H100: 301.7 µs against 371.4 for the SwiGLU backward then
-            HQ twice, ``tools/results/swiglu_hq_h100.md``), and the layers skip their own pass
+            HQ twice, ``experiments/results/swiglu_hq_h100.md``), and the layers skip their own pass
             over g_y. Same codes bit for bit; g_gate within one bf16 ulp of inductor's. On by
             default since the Llama's step on the H100 took 68.9 ms with it against 70.3
             without (fresh processes, ``tools/results/bench_train_runs/run26_*``); ``False``
@@ -215,9 +215,10 @@ class HotConfig:
             (the text recipe); with INT4 SAWB (the vision recipe) they differ under inductor,
             but as much as the forward codes' differ from themselves compiled twice (SAWB's
             sums are atomic float adds whose order changes launch to launch), with the same
-            error against the exact backward (H100, ``tools/results/late_codes_grads_h100.txt``
-            at b4bb969). ``"auto"`` (default): ``"backward"`` under ``prefer="memory"``,
-            ``"forward"`` otherwise. The speed gate times the forward's placement.
+            error against the exact backward (H100,
+            ``experiments/results/late_codes_grads_h100.txt`` at b4bb969). ``"auto"``
+            (default): ``"backward"`` under ``prefer="memory"``, ``"forward"`` otherwise. The
+            speed gate times the forward's placement.
         abc_swiglu: what a gated MLP's fused product (``swiglu_hq``: ``silu(gate(x)) * up(x)``
             with gate and up on HOT's native path) saves of its two inputs for its backward.
             ``"off"``: gate's and up's outputs as they are (bf16 under autocast: the Llama's

@@ -9,7 +9,7 @@ module finds such frames at compile time (they are on the call stack while Dynam
 block they call), records them (:func:`eager_frames`) and warns once per frame, naming the
 layers and the fix (call the blocks through one module, as timm's ``nn.Sequential`` does).
 Best effort: it reads Dynamo's private compilation metrics; if they move, nothing is found
-and nothing fails (``tools/repros/fsdp2_image_blocks.py`` shows the patterns).
+and nothing fails (``experiments/fsdp2_image_blocks.py`` shows the patterns).
 """
 
 from __future__ import annotations

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import difflib
 import html
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from hotcompile.graphdiff import GraphDiff, SavedValue
+from hotcompile.diffdata import GraphDiffData, SavedValue, human_bytes
 
 _CSS = """
 :root { --bg:#fff; --fg:#1d2330; --mut:#6b7280; --line:#e5e7eb; --add:#e6ffec; --addfg:#116329;
@@ -132,8 +131,6 @@ def _side_by_side(before: list[str], after: list[str], title: str) -> str:
 
 
 def _saved_table(rows: list[SavedValue], other: set[str], gone_cls: str) -> str:
-    from hotcompile.graphdiff import human_bytes
-
     body = []
     for s in rows:
         cls = "" if s.name in other else gone_cls
@@ -160,10 +157,8 @@ def _changes(ch: dict[str, int]) -> str:
     return " ".join(parts)
 
 
-def render_html(d: GraphDiff) -> str:
+def render_html(d: GraphDiffData) -> str:
     """The whole report as one HTML string."""
-    from hotcompile.graphdiff import human_bytes
-
     sb = d.saved_bytes()
     b, a = sb["before"]["activations"], sb["after"]["activations"]
     shapes = ", ".join("x".join(map(str, i.get("shape", []))) or "?" for i in d.inputs)

@@ -250,7 +250,7 @@ def hq_conv_grad_input(
     (per-token = per position; ``scaling``/``key`` as in ``hq_grad_input``). Returns
     ``[N, C, H, W]`` in gy's dtype. The col2im lives inside the op on purpose: inductor
     (torch 2.13, CPU) miscompiles ``F.fold`` of a transposed operand followed by a pointwise
-    op (tools/repros/inductor_fold_transposed.py).
+    op (experiments/inductor_fold_transposed.py).
     """
     N, O, Ho, Wo = gy.shape
     gy2 = gy.permute(0, 2, 3, 1).reshape(-1, O)

@@ -100,7 +100,7 @@ def inverse(s: torch.Tensor) -> torch.Tensor:
     The codes multiply by the correctly rounded float32 reciprocal of the scale rather than
     divide by it: every kernel then does one IEEE division per row (or tensor) and one multiply
     per element, where a division per element made the memory-bound quantize passes ALU-bound
-    on the H100 (``tools/results/layer_passes_h100.md``). ``x · (1/s)`` can differ from
+    on the H100 (``experiments/results/layer_passes_h100.md``). ``x · (1/s)`` can differ from
     ``x / s`` in the last bit, so this, not the division, is the specification the kernels
     match bit for bit.
     """

@@ -249,7 +249,7 @@ def tag_recompute_twins(graph: fx.Graph) -> list[str]:
     two bytes a weight where the codes were one). (The late INT4 codes also differed from the
     forward's under inductor on the H100; a kept word buffer would have explained it, but the
     forward codes compiled twice differ as much: SAWB's atomic float sums in launch order,
-    ``tools/results/late_codes_grads_h100.txt``.)
+    ``experiments/results/late_codes_grads_h100.txt``.)
     Tagged, each twin runs in the forward for its own use and again in the backward, from the
     parameter or from nothing. Random ops are left alone (CSE does not merge them). Returns
     the names of the nodes tagged."""

@@ -1,7 +1,7 @@
 """Text or image: the token marks of one model, carried across the graphs it is split into.
 
 ``hla_signs="auto"`` (and every other per-layer text/image decision) rests on
-:func:`hotcompile.passes.rewrite.token_sequence_nodes`: the nodes computed from an embedding
+:func:`token_sequence_nodes`: the nodes computed from an embedding
 lookup of integer graph inputs are text. A graph only sees its own nodes, and a model is often
 compiled as several graphs:
 
@@ -50,8 +50,92 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 
-from hotcompile.passes.matmul import arg, parameter_nodes, value, weight_root
+from hotcompile.passes.matmul import (
+    Scope,
+    arg,
+    parameter_nodes,
+    source_name,
+    value,
+    weight_root,
+)
+
+#: embedding lookups: (target, position of the indices argument)
+EMBEDDING_TARGETS = {F.embedding: 0, torch.embedding: 1}
+
+
+def _module_state(node: fx.Node) -> bool:
+    """A placeholder that Dynamo lifted from a module's buffers or parameters (its source reads
+    ``..._buffers[...]`` / ``..._parameters[...]``): e.g. a ``position_ids`` buffer, which is
+    the model's own index tensor, not the user's tokens. Unknown sources count as inputs."""
+    name = source_name(node)
+    return name is not None and ("._buffers[" in name or "._parameters[" in name)
+
+
+def _from_discrete_input(node: fx.Node, scope: Scope | None = None) -> bool:
+    """``node`` is computed from an integer graph input (token ids), not only from values built
+    inside the graph (``arange`` positions), from module buffers (``position_ids``) or from
+    parameters. In a HOP body (``scope``) a placeholder stands for the outer value passed."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        outer = scope.outer_node(n) if scope is not None else n
+        if outer is not n:
+            stack.append(outer)
+            continue
+        if n.op == "placeholder" and not _module_state(n):
+            v = value(n)
+            if isinstance(v, torch.Tensor) and not (
+                v.is_floating_point() or v.is_complex() or v.dtype == torch.bool
+            ):
+                return True
+        stack.extend(n.all_input_nodes)
+    return False
+
+
+def token_sequence_nodes(
+    gm: fx.GraphModule,
+    scope: Scope | None = None,
+    outer: set | None = None,
+    seeds: set | None = None,
+) -> set[fx.Node]:
+    """The nodes computed from a token embedding: an embedding lookup whose indices come from
+    an integer input of the graph, and everything downstream of it.
+
+    Why: HLA's fixed low-pass assumes that neighbouring tokens along L are alike (4x4 image
+    patches). Tokens looked up one by one from an embedding table (text) are not, and the
+    low-pass then drops a large part of g_w *systematically* (byte LM: +17% loss; 32 M-param LM
+    on an H100: +87%). ``hla_signs="auto"`` gives exactly these layers HLA's random signs, which
+    make the estimate unbiased. One pass in graph order suffices (FX graphs are topologically
+    sorted). A graph sees only its own embedding; :mod:`hotcompile.passes.family` seeds the
+    inputs of a graph split off it. In a HOP body
+    (``scope``), placeholders fed by ``outer`` (the outer graph's token nodes) are token nodes;
+    ``seeds``: nodes known to be token nodes from elsewhere (``hotcompile.passes.family``:
+    the inputs a split graph continues a text model with).
+    """
+    marked: set[fx.Node] = set(seeds or ())
+    for n in gm.graph.nodes:
+        if n in marked:
+            continue
+        if n.op == "placeholder" and scope is not None and outer:
+            if scope.inputs.get(n) in outer:
+                marked.add(n)
+            continue
+        if n.op == "call_function" and n.target in EMBEDDING_TARGETS:
+            indices = arg(
+                n, EMBEDDING_TARGETS[n.target], "input" if n.target is F.embedding else "indices"
+            )
+            if isinstance(indices, fx.Node) and _from_discrete_input(indices, scope):
+                marked.add(n)
+                continue
+        if any(i in marked for i in n.all_input_nodes):
+            marked.add(n)
+    return marked
+
 
 log = logging.getLogger("hotcompile")
 
@@ -211,8 +295,6 @@ def history_evidence(t: torch.Tensor, limit: int = HISTORY_LIMIT) -> str:
 
 def _register_tables(gm: fx.GraphModule, own: set[fx.Node], objects: dict) -> None:
     """Remember the weights of the embedding lookups ``own`` starts from (token tables)."""
-    from hotcompile.passes.rewrite import EMBEDDING_TARGETS
-
     params = parameter_nodes(gm, None) | set(objects)
     for n in own:
         if n.op != "call_function" or n.target not in EMBEDDING_TARGETS:
@@ -245,8 +327,6 @@ def token_nodes(gm: fx.GraphModule, example_inputs: Sequence[Any] | None = None)
     or read off its inputs' autograd history), or everything / nothing under :func:`assume`.
 
     Records the graph's marks for the pieces that follow and its decision (:func:`records`)."""
-    from hotcompile.passes.rewrite import _module_state, token_sequence_nodes
-
     compile_id = _compile_id()
     frame = _frame(gm, compile_id)
     phs = _placeholders(gm, example_inputs)

@@ -12,9 +12,9 @@ But on torch 2.11 inductor marks only the kernel node itself, not the nodes arou
     hla_quant_kernel(buf1, ...)          buf1 allocated unpadded, (2051, 1): the mm's view is stale
 
 and the mm read rows at stride 2080 from a buffer written at stride 2051: every gradient
-upstream of the head was garbage (``tools/repros/padding_native.py``; the generated code is
-in ``tools/results/padding_native_h100.md``). The same stale layout fed ``hq_grad_input`` on
-the ``ops`` path (``tools/results/gpt2_nan_gpu``).
+upstream of the head was garbage (``experiments/padding_native.py``; the generated code is
+in ``experiments/results/padding_native_h100.md``). The same stale layout fed ``hq_grad_input`` on
+the ``ops`` path (``experiments/results/gpt2_nan_gpu``).
 
 This post-grad pass marks, for every tensor a HOT kernel takes whose buffer padding could
 change (a row stride above inductor's threshold and not aligned), the buffer behind it (walking
@@ -27,7 +27,7 @@ still get padded.
 
 Verified on the H100 (torch 2.11): with padding on, the one-block GPT-2 of the repro pads 2
 buffers and its gradients were 2.5–310× off without this pass, equal to ``aot_eager``'s
-(5.8e-6) with it (``tools/results/padding_native_h100.md``).
+(5.8e-6) with it (``experiments/results/padding_native_h100.md``).
 
 The same pass has inductor write once what two of HOT's kernels read. Inductor lowers a
 user-defined Triton kernel with its inputs at the traced strides
@@ -36,7 +36,7 @@ buffer not yet written (the output of a pointwise kernel inductor has still to g
 given a *copy* of its own at those strides, which inductor fuses into the producer as one more
 store. A gradient that feeds both HQ's kernel (g_x) and the g_w codes' kernel was therefore
 stored twice by its producer — in the Llama's SwiGLU backward, g_gate and g_up each twice:
-315 µs instead of 223 µs per block (``tools/results/step_code_llama_h100.md``).
+315 µs instead of 223 µs per block (``experiments/results/step_code_llama_h100.md``).
 :func:`realize_kernel_inputs` marks such a tensor ``inductor_realize_to_strides``: inductor
 writes it once, at its traced strides, as soon as it is lowered, and every kernel reads that
 buffer.

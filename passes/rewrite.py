@@ -28,6 +28,7 @@ from hotcompile.hla import hla_rows
 from hotcompile.lowering import hot as native
 from hotcompile.lowering.gate import Shape, Speed, decide
 from hotcompile.passes import family
+from hotcompile.passes.family import EMBEDDING_TARGETS, token_sequence_nodes  # noqa: F401 (re-exported)
 from hotcompile.passes.matmul import (
     Scope,
     WeightCall,
@@ -36,16 +37,12 @@ from hotcompile.passes.matmul import (
     node_objects,
     parameter_name,
     parameter_nodes,
-    source_name,
     value,
     weight_calls,
 )
 from hotcompile.quant import has_fp8_gemm
 
 log = logging.getLogger("hotcompile")
-
-#: embedding lookups: (target, position of the indices argument)
-EMBEDDING_TARGETS = {F.embedding: 0, torch.embedding: 1}
 
 #: what each ``LayerPlan.path`` means (the plan table's legend, ``hotcompile.PlanTable``)
 PATHS: dict[str, str] = {
@@ -257,78 +254,6 @@ def _meta(node: Any) -> torch.Tensor | None:
     """The example tensor of ``node`` (a tensor as is); None for anything else."""
     v = value(node)
     return v if isinstance(v, torch.Tensor) else None
-
-
-def _module_state(node: torch.fx.Node) -> bool:
-    """A placeholder that Dynamo lifted from a module's buffers or parameters (its source reads
-    ``..._buffers[...]`` / ``..._parameters[...]``): e.g. a ``position_ids`` buffer, which is
-    the model's own index tensor, not the user's tokens. Unknown sources count as inputs."""
-    name = source_name(node)
-    return name is not None and ("._buffers[" in name or "._parameters[" in name)
-
-
-def _from_discrete_input(node: torch.fx.Node, scope: Scope | None = None) -> bool:
-    """``node`` is computed from an integer graph input (token ids), not only from values built
-    inside the graph (``arange`` positions), from module buffers (``position_ids``) or from
-    parameters. In a HOP body (``scope``) a placeholder stands for the outer value passed."""
-    stack, seen = [node], set()
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        outer = scope.outer_node(n) if scope is not None else n
-        if outer is not n:
-            stack.append(outer)
-            continue
-        if n.op == "placeholder" and not _module_state(n):
-            v = _meta(n)
-            if v is not None and not (
-                v.is_floating_point() or v.is_complex() or v.dtype == torch.bool
-            ):
-                return True
-        stack.extend(n.all_input_nodes)
-    return False
-
-
-def token_sequence_nodes(
-    gm: torch.fx.GraphModule,
-    scope: Scope | None = None,
-    outer: set | None = None,
-    seeds: set | None = None,
-) -> set[torch.fx.Node]:
-    """The nodes computed from a token embedding: an embedding lookup whose indices come from
-    an integer input of the graph, and everything downstream of it.
-
-    Why: HLA's fixed low-pass assumes that neighbouring tokens along L are alike (4x4 image
-    patches). Tokens looked up one by one from an embedding table (text) are not, and the
-    low-pass then drops a large part of g_w *systematically* (byte LM: +17% loss; 32 M-param LM
-    on an H100: +87%). ``hla_signs="auto"`` gives exactly these layers HLA's random signs, which
-    make the estimate unbiased. One pass in graph order suffices (FX graphs are topologically
-    sorted). A graph sees only its own embedding; :mod:`hotcompile.passes.family` seeds the
-    inputs of a graph split off it. In a HOP body
-    (``scope``), placeholders fed by ``outer`` (the outer graph's token nodes) are token nodes;
-    ``seeds``: nodes known to be token nodes from elsewhere (``hotcompile.passes.family``:
-    the inputs a split graph continues a text model with).
-    """
-    marked: set[torch.fx.Node] = set(seeds or ())
-    for n in gm.graph.nodes:
-        if n in marked:
-            continue
-        if n.op == "placeholder" and scope is not None and outer:
-            if scope.inputs.get(n) in outer:
-                marked.add(n)
-            continue
-        if n.op == "call_function" and n.target in EMBEDDING_TARGETS:
-            indices = arg(
-                n, EMBEDDING_TARGETS[n.target], "input" if n.target is F.embedding else "indices"
-            )
-            if isinstance(indices, torch.fx.Node) and _from_discrete_input(indices, scope):
-                marked.add(n)
-                continue
-        if any(i in marked for i in n.all_input_nodes):
-            marked.add(n)
-    return marked
 
 
 def _conv_padding(padding: Any, weight: torch.Tensor, dilation: tuple[int, int], stride):

@@ -85,13 +85,14 @@ AOT = {"compiler": "aot_eager"}
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def load_tool(script: str) -> types.ModuleType:
-    """A script of tools/ (not a package) imported from its path, once per session; registered
-    in ``sys.modules`` so that its dataclasses and pickling work."""
-    name = "hotcompile_tools_" + script.removesuffix(".py")
+def load_tool(script: str, folder: str = "tools") -> types.ModuleType:
+    """A script of tools/ (or of ``folder``: ``"experiments"``), not a package, imported from its
+    path, once per session; registered in ``sys.modules`` so that its dataclasses and pickling
+    work."""
+    name = f"hotcompile_{folder}_" + script.removesuffix(".py")
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / script)
+    spec = importlib.util.spec_from_file_location(name, ROOT / folder / script)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)

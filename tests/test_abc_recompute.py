@@ -98,6 +98,7 @@ def test_auto_is_unary_on_the_ops_path_and_on_the_native_one_only_for_memory():
     assert HotConfig(abc_recompute="views").abc_recompute_modes == ("views", "views")
 
 
+@pytest.mark.slow
 def test_the_joint_pass_runs_under_inductor():
     x = torch.randn(2, 32, 64)
     grads_off, saved_off = _run(lambda: Block(64, 4, 128), x, "off", "inductor")

@@ -33,6 +33,7 @@ def test_codes_are_per_token_e4m3_within_its_rounding():
     torch.testing.assert_close(back[rows, top].abs(), tf[rows, top].abs(), rtol=1e-6, atol=0)
 
 
+@pytest.mark.slow
 def test_the_forward_saves_half_the_bytes_of_gate_and_up():
     """float32 here: gate's and up's outputs (64 tokens x 128) are 4 bytes each, their codes
     1 byte plus a 4-byte scale per token. The down projection's gradients do not read them

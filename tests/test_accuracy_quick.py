@@ -37,6 +37,7 @@ def _train_tiny_lm(variant: str, text, val, steps: int = 40) -> tuple[float, flo
     return initial, acc.lm_val_loss(model, val)
 
 
+@pytest.mark.slow
 def test_hot_lm_converges_like_fp32():
     torch.set_flush_denormal(True)
     text = acc.load_text("lib", "train", max_bytes=200_000)

@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 from test_distributed import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ def _torchrun(n: int, out: pathlib.Path, *extra: str) -> None:
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
 
 
+@pytest.mark.slow
 def test_bench_distributed_smoke(tmp_path: pathlib.Path) -> None:
     one, two, merged = tmp_path / "n1", tmp_path / "n2", tmp_path / "merged"
     _torchrun(1, one, "--models", "llama", "--variants", "inductor", "hot")
@@ -58,6 +60,7 @@ def test_bench_distributed_smoke(tmp_path: pathlib.Path) -> None:
     assert "scaling" in (merged / "bench_distributed.md").read_text()
 
 
+@pytest.mark.slow
 def test_bench_distributed_fsdp2_vit_smoke(tmp_path: pathlib.Path) -> None:
     """FSDP2 on timm's ViT (blocks sharded one by one, the root compiled): every layer a
     single process compiles reaches the backend — the patch embedding and the head too."""

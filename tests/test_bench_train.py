@@ -43,6 +43,7 @@ HAVE_TIMM = sys.modules["bench_models"].missing(bench.MODELS["vit_b16"]) is None
 TIMM_MODELS = {"vit_b16", "resnet50"}
 
 
+#: the tests that read it are marked slow: the run takes ~60-100 s on 2 cores
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     """``bench_train.py --quick`` in a fresh interpreter: (the JSON, the markdown)."""
@@ -85,6 +86,7 @@ def test_defaults() -> None:
     assert bench.baseline_of("inductor_cg") == "inductor"
 
 
+@pytest.mark.slow
 def test_quick_json_schema_and_numbers(quick_run: tuple[dict[str, Any], str]) -> None:
     res, _ = quick_run
     for key in ("device", "torch", "triton", "versions", "commit", "date", "method", "models"):
@@ -155,6 +157,7 @@ def test_quick_json_schema_and_numbers(quick_run: tuple[dict[str, Any], str]) ->
         assert why["met"] is None and "torchao not installed" in why["miss"]
 
 
+@pytest.mark.slow
 def test_quick_markdown_names_the_setup(quick_run: tuple[dict[str, Any], str]) -> None:
     res, md = quick_run
     head = md.split("## Summary")[0]
@@ -271,6 +274,7 @@ def test_a_missing_library_skips_the_model(
     assert "Skipped: no_such_lib_x not installed" in (tmp_path / "bench_train.md").read_text()
 
 
+@pytest.mark.slow  # reads the module's --quick run (~60 s)
 def test_merge_combines_split_runs(
     quick_run: tuple[dict[str, Any], str], tmp_path: pathlib.Path
 ) -> None:
@@ -287,6 +291,7 @@ def test_merge_combines_split_runs(
     assert "Merged from 2 runs" in md and "| gpt2 | hot | " in md
 
 
+@pytest.mark.slow
 def test_repeat_alternates_the_order_and_pools_the_steps(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -317,6 +322,7 @@ def test_help_teaches() -> None:
         assert word in out, word
 
 
+@pytest.mark.slow
 def test_profile_says_where_hot_spends_the_step(quick_run: tuple[dict[str, Any], str]) -> None:
     """``--profile``: per variant, wall time and the ``hotcompile::`` ops that ran, with calls
     per step matching the model's layers (host-bound or not is read off these numbers)."""
@@ -359,6 +365,7 @@ def test_nested_hot_ops_count_once_in_the_profile() -> None:
     assert prof["hot_ops"]["hotcompile::hla_grad_weight_dense"]["calls"] == 1
 
 
+@pytest.mark.slow
 def test_isolate_runs_each_variant_in_a_fresh_process(tmp_path: pathlib.Path) -> None:
     """``--isolate``: every variant runs in a child process of its own (nothing one variant
     leaves behind reaches the next one's host), with the parent's other options; the parent

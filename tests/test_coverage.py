@@ -18,6 +18,9 @@ from conftest import load_tool
 
 coverage = load_tool("coverage.py")
 
+#: every test here builds and compiles real timm / HF models (~90 s for the module on 2 cores)
+pytestmark = pytest.mark.slow
+
 #: what each model must still show (a regression test for the coverage the table reports)
 EXPECTED_HOT_AT_LEAST = {
     "HF GPT-2": 9,  # 2 blocks × 4 Conv1D (c_attn, c_proj, c_fc, mlp.c_proj) + lm_head

@@ -161,6 +161,7 @@ def _torch_nvcc_defines() -> list[str]:
         return []
 
 
+@pytest.mark.slow
 def test_nvcc_compiles_the_kernels_for_sm90a():
     """nvcc -c of every csrc/hot_gemm*.cu for sm_90a (instantiation + ptxas): no C7510/spills."""
     nvcc = cutlass.nvcc_path()
@@ -193,6 +194,7 @@ def test_nvcc_compiles_the_kernels_for_sm90a():
             assert os.path.getsize(os.path.join(tmp, name + ".o")) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("binding", ["hot_gemm_bindings.cpp", "hq_quantize_bindings.cpp"])
 def test_bindings_compile_and_use_no_streams(binding):
     """The torch bindings of both extensions pass the host compiler (``-fsyntax-only``: the

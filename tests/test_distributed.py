@@ -424,12 +424,14 @@ def _run(cases: list[str], tmp_path: pathlib.Path) -> None:
         check(res)
 
 
+@pytest.mark.slow
 def test_distributed_default(tmp_path: pathlib.Path) -> None:
     """DDP both orders (graph split by DDPOptimizer) and FSDP2 with checkpointing, text model;
     FSDP2 on the image model in timm's layout (every layer, patch embedding and head too)."""
     _run(DEFAULT, tmp_path)
 
 
+@pytest.mark.slow
 def test_every_rank_takes_rank_0s_speed_verdict(tmp_path: pathlib.Path) -> None:
     """Timed verdicts differ per GPU; a layer near the gate's margin must not take HOT on one
     rank and bf16 on another. Rank 1 measured 0.99x (bf16), rank 0 0.90x (HOT): both take HOT,

@@ -139,12 +139,12 @@ def test_reduce_overhead_cuda_graphs(opts):
 def _gpt2_grads(options: dict | None, repeats: int = 1) -> list[dict[str, torch.Tensor]]:
     """Gradients of a small GPT-2 (2 blocks, 64 wide, the tied 50257-wide head) on one fixed
     batch, compiled with inductor: plain (``options=None``) or ``backend="hot"`` — the
-    function of ``tools/repros/int8_head_check.py``, which prints what this test asserts."""
-    return load_tool("repros/int8_head_check.py").grads(options, repeats)
+    function of ``experiments/int8_head_check.py``, which prints what this test asserts."""
+    return load_tool("int8_head_check.py", "experiments").grads(options, repeats)
 
 
 def test_gpt2_tied_head_gradients_under_inductor_cuda():
-    """The regression test of GPT-2's NaN (tools/results/gpt2_nan_gpu/README.md): with
+    """The regression test of GPT-2's NaN (experiments/results/gpt2_nan_gpu/README.md): with
     inductor's comprehensive padding, the copy feeding the tied head's ``hq_grad_input`` read
     the cross-entropy gradient at a padded row stride it was not written with, so HOT's
     gradients were ~100% off and changed from one backward to the next. With INT8 on both

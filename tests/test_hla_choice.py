@@ -214,12 +214,12 @@ def test_inductor_honours_the_plan():
 
 
 def test_the_estimator_study_s_unbiased_hla_variants_are_unbiased():
-    """``tools/repros/hla_estimators_lm.py`` compares HLA with two unbiased variants of it;
+    """``experiments/hla_estimators_lm.py`` compares HLA with two unbiased variants of it;
     its conclusion rests on them being unbiased (mean over draws → the exact g_w) while the
     fixed-row HLA is not (on white-noise tokens it keeps about half)."""
     from conftest import load_tool
 
-    study = load_tool("repros/hla_estimators_lm.py")
+    study = load_tool("hla_estimators_lm.py", "experiments")
     g = torch.Generator().manual_seed(0)
     gy3, x3 = torch.randn(4, 64, 12, generator=g), torch.randn(4, 64, 10, generator=g)
     exact = study.weight_grad(gy3, x3, "exact", g)
@@ -299,6 +299,7 @@ def test_hla_signs_compile_without_random_ops_and_save_no_more():
         HotConfig.from_options({"hla_signs": "yes"})
 
 
+@pytest.mark.slow
 def test_hla_signs_under_inductor_match_aot_eager():
     """Inductor's generated code computes the same sign hash (integer ops) as the decomposed
     graph: the same weight gradients as the aot_eager pipeline, to float rounding. Exact g_x

@@ -259,7 +259,7 @@ def test_interpreted_fp8_codes_round_like_torchs_e4m3_cast(tmp_path):
 
 def test_fp8_hq_tiles_follow_the_measured_rule():
     """FP8-values HQ (the text recipe) changes its tiles only where the H100 measured a
-    gain (tools/results/hq_wide_rows_h100.md): one masked 4096-wide walk for 2304 / 3072,
+    gain (experiments/results/hq_wide_rows_h100.md): one masked 4096-wide walk for 2304 / 3072,
     16384-wide chunks for the Llama head's 32000; GPT-2's head, the power-of-two widths and
     the unmeasured ones keep _config's rule."""
     from hotcompile.kernels.hq_triton import fp8_block_o

@@ -39,7 +39,7 @@ def mlp_step(
     """One compiled training step of :class:`MLP` (or ``model_cls``, 32 wide in) under bf16
     autocast, seed 0: the gradients (of x and of every parameter) and the bytes the compiled
     graph saves for its backward. Shared by the GPU tests and
-    ``tools/repros/late_codes_grads.py``."""
+    ``experiments/late_codes_grads.py``."""
     from hotcompile import memory
 
     torch.manual_seed(0)
@@ -312,7 +312,7 @@ def test_codes_are_the_references() -> None:
 
 def test_gate_model_orders_the_shapes_as_measured() -> None:
     """The roofline model (for reports without a GPU) agrees with the H100 measurements of
-    tools/results/native_stages_h100.md on which side wins: an LLM down projection gains
+    experiments/results/native_stages_h100.md on which side wins: an LLM down projection gains
     (measured 1.21x with FP8 g_w), ViT-B's qkv loses (0.62x), a 1000-class head over 128
     samples loses; and the verdict follows the margin."""
     fp8 = "fp8_e4m3"
@@ -699,6 +699,7 @@ def test_layers_reading_one_x_quantize_it_once_while_traced(
     assert calls.count((2, 40, 32)) == calls.count((2, 40, 64)) >= 2, calls
 
 
+@pytest.mark.slow
 def test_swiglu_hq_makes_both_operands_in_the_swiglu_backward(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -826,7 +827,9 @@ def test_swiglu_hq_fuses_only_a_gated_product_of_two_hq_layers() -> None:
 
 
 @pytest.mark.parametrize("recipe", ["text", "vision"])
-@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+@pytest.mark.parametrize(
+    "compiler", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)]
+)
 def test_weight_codes_in_the_backward_same_gradients(compiler: str, recipe: str) -> None:
     """``weight_codes="backward"``: the native g_x path quantizes the weight in the backward,
     from the parameter cast as the forward's GEMM read it: the same codes, so the same

@@ -195,7 +195,7 @@ def test_padding_keeps_gradients() -> None:
     pytest.importorskip("transformers")
     from conftest import load_tool
 
-    rows = load_tool("repros/padding_native.py").gradient_errors(None)
+    rows = load_tool("padding_native.py", "experiments").gradient_errors(None)
     assert rows[1]["padding"] and rows[1]["padded"] > 0, rows  # the logits are still padded
     for r in rows:
         assert r["rel"] < 2e-3, r

@@ -110,7 +110,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # 16 consecutive tokens read as a sequence, not as a 4x4 patch (hot-method.md's option)
     "hot_seq_rows": {"recipe": "vision", "hla_rows": "sequency", "hla_signs": False},
     # HLA made unbiased on every layer: x and g_y multiplied by the same pseudo-random signs
-    # per token, g_w by n/r = 2 (tools/repros/hla_estimators_lm.py: the low-pass's bias is what
+    # per token, g_w by n/r = 2 (experiments/hla_estimators_lm.py: the low-pass's bias is what
     # breaks the LM). The vision recipe does this only downstream of a token embedding.
     "hot_hla_signs": {"recipe": "vision", "hla_signs": True},
 }

@@ -165,11 +165,24 @@ def write_md(path: pathlib.Path, meta: dict, rows: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="tools/bench_gemm.py",
+        description=__doc__.split("\n\n")[0]
+        + " Per shape: bf16 torch.mm, torch._scaled_mm (FP8), torch._int_mm + dequant and the"
+        " CUTLASS configs of csrc/, median CUDA-event time and TFLOP/s; writes bench_gemm.json"
+        " and bench_gemm.md into --out. Needs a Hopper GPU (CUTLASS: pip install"
+        " nvidia-cutlass==4.2.0.0).",
+        epilog="examples:\n"
+        "  python3 tools/bench_gemm.py --quick --out /tmp/gemm   # 20 reps, no fp32-acc rows\n"
+        "  python3 tools/bench_gemm.py --out $OUT                # every shape and config",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--quick", action="store_true", help="20 reps, 3 warm-up, no fp32-acc rows")
-    p.add_argument("--out", type=pathlib.Path, default=ROOT / "tools" / "results")
+    p.add_argument(
+        "--out", type=pathlib.Path, default=ROOT / "tools" / "results", help="default tools/results"
+    )
     p.add_argument("--reps", type=int, default=None, help="timed calls per kernel (>= 20)")
-    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (10; --quick 3)")
     args = p.parse_args(argv)
     args.reps = max(20, args.reps or (20 if args.quick else 50))
     args.warmup = args.warmup or (3 if args.quick else 10)

@@ -39,7 +39,10 @@ import torch
 import hotcompile  # noqa: F401  (registers the ops)
 from hotcompile import kernels
 from hotcompile.hadamard import padded
-from hotcompile.kernels import dispatch, hla_triton, hq_triton
+
+# hotcompile.kernels' dispatch, hla_triton and hq_triton import Triton: main() imports them after
+# the arguments are parsed, so that --help works on a machine without Triton
+dispatch = hla_triton = hq_triton = None
 
 ops = torch.ops.hotcompile
 LP_L1 = [0, 2, 3, 8, 10, 11, 12, 14]
@@ -246,8 +249,10 @@ def stage_table(rows) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="Example: python3 tools/bench_layers.py --out /tmp/res   (about 1 minute on an "
-        "H200; needs CUDA). --quick: the ViT-B layers only, fewer repetitions.",
+        epilog="examples:\n"
+        "  python3 tools/bench_layers.py --out /tmp/res   # about 1 minute on an H200; needs CUDA\n"
+        "  python3 tools/bench_layers.py --quick          # the ViT-B layers only, fewer reps\n"
+        "  python3 tools/bench_layers.py --sweep --out /tmp/res  # + quantize-kernel tiles",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--quick", action="store_true", help="ViT-B layers only, fewer reps")
@@ -258,6 +263,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU (the Triton/CUTLASS kernels are CUDA-only)")
+    global dispatch, hla_triton, hq_triton
+    from hotcompile.kernels import dispatch, hla_triton, hq_triton
+
     layers = LAYERS[:4] if a.quick else LAYERS
     props = torch.cuda.get_device_properties(0)
     pk = peaks(props.name)

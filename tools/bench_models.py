@@ -467,3 +467,42 @@ MODELS: dict[str, ModelSpec] = {
         quick_default=False,
     ),
 }
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    """List the models: name, batch, whether this machine can build it, its description."""
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="tools/bench_models.py",
+        description=__doc__.split("\n\n")[0]
+        + " A module that bench_train.py, bench_distributed.py and coverage.py import; run"
+        " alone it lists the models.",
+        epilog="examples:\n"
+        "  python3 tools/bench_models.py             # the models, batch sizes, what is missing\n"
+        "  python3 tools/bench_models.py --params    # + parameter counts of the tiny versions\n"
+        "  python3 tools/bench_train.py --models llama,gpt2   # train them (see its --help)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--params",
+        action="store_true",
+        help="build each tiny (quick) model and count its parameters",
+    )
+    a = ap.parse_args(argv)
+    for name, spec in MODELS.items():
+        why = missing(spec)
+        line = f"{name:14} batch {spec.default_batch:4} (quick {spec.quick_batch})"
+        if a.params and why is None:
+            n = sum(p.numel() for p in spec.build(True).parameters())
+            line += f", quick {n / 1e6:.2f} M params"
+        print(f"{line}{'' if spec.default else ', only when named'}: {why or 'buildable here'}")
+        print(f"{'':16}{spec.description}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -100,8 +100,16 @@ def _write_report(out, commit, builds, rows, details, pytest_args) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", default=str(ROOT / "tools" / "results"))
+    ap = argparse.ArgumentParser(
+        description=__doc__,
+        epilog="examples:\n"
+        "  python3 tools/gpu_tests.py --out $OUT                     # every GPU test file\n"
+        "  python3 tools/gpu_tests.py --files test_gpu.py,test_lowering_gpu.py --timeout 400\n"
+        "  python3 tools/gpu_tests.py --files test_kernels_gpu.py -k hla   # pytest args pass on\n"
+        "  python3 tools/gpu_tests.py --all --out $OUT               # + the CPU suite last",
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    ap.add_argument("--out", default=str(ROOT / "tools" / "results"), help="default tools/results")
     ap.add_argument("--files", default=None, help="comma-separated test files (default: GPU ones)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per file (default 300)")
     ap.add_argument("--all", action="store_true", help="also run the whole suite as a last row")

@@ -250,7 +250,7 @@ def scaled_gemm(
     assert EXTENSION.module is not None
     # the extension reports a refused call as a message built without iostreams (on the
     # device machine any ostringstream in a JIT-built extension, so any TORCH_CHECK message,
-    # killed the process: tools/repros/extension_iostream_probe.py)
+    # killed the process: experiments/extension_iostream_probe.py)
     why = EXTENSION.module.scaled_gemm(a, b, sa, sb, float(alpha), out, accumulate, int(config))
     if why:
         raise RuntimeError(why)

@@ -382,7 +382,7 @@ def launch_hla_quantize(
     ``amax_given`` (no HLA, token blocks, no signs, K-major, no SAWB: the plain rows of x):
     ``words[0]`` already holds x's max-abs bits (HQ's kernel took them from the same g_y), so
     only the codes pass runs (H100: 78 vs 131 µs over an 8192² g_y,
-    ``tools/results/plain_codes_pass_h100.md``)."""
+    ``experiments/results/plain_codes_pass_h100.md``)."""
     fp8 = rounding == FP8_E4M3
     N, S, D = x.shape
     nb, H, W, nbw = hla_rows_count(S, grid_w)

@@ -35,7 +35,7 @@ ROUNDINGS = ("nearest", "pseudo_stochastic", "stochastic")
 TILE = 4096
 #: widest row one walk keeps in registers (one row per program past TILE). H100, FP8 values
 #: over a [8192, 8192] g_y: one walk 82 µs, two walks of 2048-wide chunks 103 µs
-#: (tools/results/plain_gw_h100.md)
+#: (experiments/results/plain_gw_h100.md)
 ONE_WALK = 8192
 #: widest O chunk of the two-walk path
 CHUNK_O = 2048
@@ -61,7 +61,7 @@ def _bfly(y, R: tl.constexpr, H: tl.constexpr):
 def _ht16(x, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr):
     """``x·(I ⊗ H16)`` of a float32 tile ``[BLOCK_L, BLOCK_O]``: the 16-block butterfly in the
     order of ``hotcompile.hadamard.fwht_last`` (shared with kernels that make g_y themselves,
-    ``tools/repros/swiglu_hq.py``)."""
+    ``experiments/swiglu_hq.py``)."""
     R: tl.constexpr = BLOCK_L * BLOCK_O // 16
     y = tl.reshape(x, [R, 16])
     y = _bfly(y, R, 1)
@@ -227,12 +227,12 @@ def fp8_block_o(o_pad: int) -> int | None:
     :func:`_config` walks a width that is not a power of two in chunks that divide it, twice,
     because a masked walk over the next power of two was measured slower on the H200 with the
     INT4 kernel of the time. With today's FP8-values kernel the H100 measures the opposite
-    (``tools/results/hq_wide_rows_h100.md``, same codes bit for bit): one masked walk of 4096
+    (``experiments/results/hq_wide_rows_h100.md``, same codes bit for bit): one masked walk of 4096
     over ViT's 2304 / 3072 wide g_y in 92 / 95 µs against 102 / 105, two chunks of 16384 over
     the Llama head's 32000 in 330 µs against 459 (125 chunks of 256). Only those measured
     patterns change; GPT-2's head (50272 padded: 16384-wide chunks would waste 23%, and took
     1547 µs) and every INT recipe keep the old rule: at INT4 the masked walk is slower on
-    ViT's widths (qkv 145 against 118 µs, ``tools/results/hq_wide_rows_int4_h100.md``)."""
+    ViT's widths (qkv 145 against 118 µs, ``experiments/results/hq_wide_rows_int4_h100.md``)."""
     p = triton.next_power_of_2(o_pad)
     if p == o_pad:
         return None

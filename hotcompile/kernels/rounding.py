@@ -18,7 +18,7 @@ _MIN_NORMAL = tl.constexpr(MIN_NORMAL)
 #: ties to even (``cvt.rn.satfinite`` on sm_89+), as torch's cast does, so :func:`codes` leaves
 #: it to the store; Triton's CPU interpreter converts otherwise, so there it rounds by hand
 #: (:func:`_e4m3_rne`). On the H100 the hand rounding cost ~20% of a codes pass: the pass is
-#: ALU-bound (tools/results/plain_gw_h100.md)
+#: ALU-bound (experiments/results/plain_gw_h100.md)
 _E4M3_BY_HAND = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 #: ``ROUNDING`` of the FP8 g_w codes (``hotcompile.quant.FP8_E4M3``); 0-2 are the INT roundings
 FP8 = tl.constexpr(3)

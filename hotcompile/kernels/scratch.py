@@ -2,7 +2,7 @@
 
 The per-tensor quantize kernels reduce their max-abs (and SAWB's two sums) with atomics into a
 few int32 words that must start at zero: one ``torch.zeros`` per call (a fill launch, ~15 µs
-of host time on the H100 machine; ``tools/repros/host_overhead.py``), all words of a call in
+of host time on the H100 machine; ``experiments/host_overhead.py``), all words of a call in
 one allocation.
 
 Why not a persistent zeroed ring handed out slot by slot (tried, 2026-11-22): under

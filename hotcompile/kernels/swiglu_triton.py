@@ -10,7 +10,7 @@ their per-tensor scale waits for the whole g_y), and HQ's codes, scales and raw 
 of each, as ``hq_triton._hq_quant_kernel`` writes them (``hotcompile.lowering.hot.quantize_gy``
 of the kernel's own g_a / g_b, bit for bit).
 
-Measured on the H100 (``tools/repros/swiglu_hq.py`` → ``tools/results/swiglu_hq_h100.md``,
+Measured on the H100 (``experiments/swiglu_hq.py`` → ``experiments/results/swiglu_hq_h100.md``,
 the Llama's 8192 × 8192): 301.7 µs against 371.4 for inductor's SwiGLU backward then HQ twice;
 floor 268.4. One row per program, held in registers: widths that are powers of two up to
 ``hq_triton.ONE_WALK``; other widths keep the two steps (:func:`supported`).
@@ -27,7 +27,7 @@ from hotcompile.kernels.rounding import ROUNDING_CODES, normal_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, qmax
 
 #: warps per program (one 8192-wide row): 16 took 301.7 µs, 8 303.8, 4 359.0; two rows per
-#: program spill (368-1241 µs) (H100, ``tools/results/swiglu_hq_h100.json``)
+#: program spill (368-1241 µs) (H100, ``experiments/results/swiglu_hq_h100.json``)
 WARPS = 16
 
 

@@ -159,7 +159,7 @@ class Shape:
 #: H100 rates (hopper-gemm.md, large shapes): TFLOP/s (TOP/s for int8), and bytes/s of a pass
 RATES = {"bf16": 700e12, "fp8": 1150e12, "int8": 700e12}
 #: bytes/s the quantize kernels reach (measured: 1.4-2.4 TB/s of the 3.0 TB/s a copy reaches;
-#: tools/results/native_stages_h100.md)
+#: experiments/results/native_stages_h100.md)
 HBM = 1.8e12
 KERNEL_US = 4.0
 SMS = 132
@@ -387,7 +387,7 @@ def _bf16_padded_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor
     comprehensive padding often gives the operand a padded buffer already: GPT-2's tied head
     (O = 50257) ran its two backward GEMMs in 1.26 + 0.79 ms of inductor's step (H100,
     ``bench_train_profiles/s15_a4592b2/profile_gpt2_inductor.txt``), where the unpadded
-    GEMMs the gate timed took 6.1–8.7 ms (``tools/results/gpt2_head_gate_h100.md``): the
+    GEMMs the gate timed took 6.1–8.7 ms (``experiments/results/gpt2_head_gate_h100.md``): the
     gate chose HOT's 3.2 ms for a head that inductor runs faster in bf16. The padding copies
     are not timed (the exact side's best case: a layer must beat it to take HOT)."""
     a = _alignment(gy.dtype)

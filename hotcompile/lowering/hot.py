@@ -235,7 +235,7 @@ def weight_codes(
     it (the autocast copy, which the forward makes anyway), and saves the codes: one byte per
     weight, where autocast's bf16 backward saves the two-byte copy, and the backward no longer
     reads the fp32 master weight twice (gate/up of the benchmark's Llama: 68 µs,
-    ``tools/results/plain_gw_h100.md``)."""
+    ``experiments/results/plain_gw_h100.md``)."""
     fp8 = gx_codes_fp8(w.shape[1], bits, rounding, w.device) or rounding == FP8_E4M3
     return quantize_weight(w, bits, weight_scale, fp8, rounding)
 

@@ -4,7 +4,7 @@ The kernels are the ones in ``hotcompile.kernels`` (bit-exact with the reference
 there); what changes is who launches them. Through a ``torch.library.custom_op`` every call
 went through Python — the op layer, LQS lookups, the dispatcher, Triton's launcher — about
 0.2–0.6 ms per call on the H100 machine's host, more than the kernels themselves
-(``tools/repros/host_overhead.py``). A ``triton_op`` body is traced by inductor: the
+(``experiments/host_overhead.py``). A ``triton_op`` body is traced by inductor: the
 allocations become graph buffers and each ``wrap_triton`` launch is emitted into inductor's
 generated wrapper, like the kernels inductor writes itself. Nothing here runs Python per call.
 

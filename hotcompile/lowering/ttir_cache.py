@@ -5,7 +5,7 @@ tensor arguments it reads and writes, and answers by compiling the kernel to Tri
 and walking it (``torch._higher_order_ops.triton_kernel_wrap.generate_ttir``), with no cache:
 once per launch in AOT's trace, again in inductor's lowering. A HOT layer launches HOT's two
 quantize kernels 3-4 times, so a model of 85 HOT layers asked for several hundred identical
-compilations (``tools/results/compile_time_h100.md``: ~6 s of compile per HOT layer, mostly in
+compilations (``experiments/results/compile_time_h100.md``: ~6 s of compile per HOT layer, mostly in
 ``aot_trace_joint_graph`` and ``GraphLowering.run``).
 
 What ``generate_ttir`` builds depends only on the kernel and on its arguments' *signature*:
