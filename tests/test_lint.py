@@ -26,18 +26,23 @@ def test_cli_help_teaches():
     assert "digits" in out and "--epochs" in out and "examples:" in out
 
 
-def test_readme_documents_every_option():
-    """The README's options table has a row for every ``HotConfig`` field and none for a field
-    that no longer exists: a user reads the options there."""
+def test_options_reference_documents_every_option():
+    """docs/options.md's options table has a row for every ``HotConfig`` field and none for a
+    field that no longer exists, and the README's short table names only real fields: a user
+    reads the options there."""
     import dataclasses
     import re
 
     from hotcompile.config import HotConfig
 
-    text = (ROOT / "README.md").read_text()
-    table = text.split("### Options (`HotConfig` fields)")[1].split("\n### ")[0]
-    rows = re.findall(r"^\| ((?:`\w+`(?: / )?)+) \|", table, re.M)
-    documented = {name for row in rows for name in re.findall(r"`(\w+)`", row)}
+    def documented(text: str, heading: str) -> set[str]:
+        table = text.split(heading)[1].split("\n## ")[0]
+        rows = re.findall(r"^\| ((?:`\w+`(?: / )?)+) \|", table, re.M)
+        return {name for row in rows for name in re.findall(r"`(\w+)`", row)}
+
     fields = {f.name for f in dataclasses.fields(HotConfig)}
-    assert fields - documented == set(), "options missing from the README's table"
-    assert documented - fields == set(), "README rows for options that do not exist"
+    full = documented((ROOT / "docs/options.md").read_text(), "## Options (`HotConfig` fields)")
+    assert fields - full == set(), "options missing from docs/options.md's table"
+    assert full - fields == set(), "docs/options.md rows for options that do not exist"
+    short = documented((ROOT / "README.md").read_text(), "\n## Options\n")
+    assert short and short - fields == set(), "README rows for options that do not exist"
