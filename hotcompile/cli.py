@@ -63,9 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
             HOT (Hadamard-based Optimized Training) as a torch.compile backend.
 
             In your code:  torch.compile(model, backend="hot", options={...})
-            The forward stays full precision; the backward of every linear/conv2d layer runs
-            HOT: an INT4 Hadamard-quantized input gradient, an HLA + INT8 weight gradient,
-            and the forward saves an INT8 low-pass activation instead of the full one.
+            HOT rewrites the backward of linear and conv2d layers: a Hadamard-quantized
+            input gradient (INT4 on image layers, FP8 on text layers), an 8-bit weight
+            gradient (through HLA's low-pass on image layers), and a compressed 8-bit copy
+            of each layer's input saved instead of the full one (ABC). On a CUDA GPU a layer
+            takes HOT only where it measured faster than bf16 (prefer="speed"; "memory" and
+            "paper" put it everywhere). The forward stays bf16 unless forward="fp8".
             print(hotcompile.plans()) shows, per layer, the path it took and why."""),
         epilog="Run 'hotcompile demo --help' for the demo's options.",
     )

@@ -278,10 +278,11 @@ class HotConfig:
             path is the reference, for accuracy work). ``"memory"``: every eligible layer
             (ABC's memory saving first, whatever the speed), with the weight codes made in the
             backward and the native ABC codes recomputed there (``weight_codes`` and
-            ``abc_recompute`` at ``"auto"``): the H100 Llama's peak 0.82× of inductor's
-            against 0.94× with ``prefer="speed"``, step 1.03× against 1.07× of inductor's
-            (``tools/results/bench_train_runs/run33_*``), and a SwiGLU's inputs saved as FP8
-            codes (``abc_swiglu``). ``"paper"``: every eligible layer, as the paper does.
+            ``abc_recompute`` at ``"auto"``) and a SwiGLU's inputs saved as FP8 codes
+            (``abc_swiglu``): the H100 Llama's peak 0.79× of inductor's against 0.94× with
+            ``prefer="speed"``, step 1.02× against 1.06× of inductor's in the same run
+            (``tools/results/bench_train_runs/run35_*``). ``"paper"``: every eligible
+            layer, as the paper does.
         kernels: which implementation runs the quantize kernels and low-precision GEMMs on
             CUDA: ``"auto"`` (default: the fastest measured per shape, cached on disk), or one
             family — ``"cutlass"``, ``"cuda"``, ``"triton"``, ``"torch"`` — used wherever it
