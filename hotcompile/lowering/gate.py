@@ -209,7 +209,9 @@ def estimate(s: Shape) -> Speed:
         hot += _pass_us(x_reads * L * I * 2 + k * I, x_reads) / s.x_readers
     fwd_bf16 = fwd_fp8 = 0.0
     if s.forward != "bf16":
-        fwd_bf16 = _gemm_us(L, O, I, "bf16") + _pass_us(O * I * 6)  # the weight's bf16 copy
+        fwd_bf16 = _gemm_us(L, O, I, "bf16")
+        if s.wdtype != s.dtype:  # autocast's copy of the weight in the GEMM's dtype
+            fwd_bf16 += _pass_us(O * I * (_itemsize(s.wdtype) + _itemsize(s.dtype)))
         fwd_fp8 = _gemm_us(L, O, I, "fp8") + _fp8_casts_us(s)
     return Speed(bf16, hot, "model", s.x_readers, fwd_bf16, fwd_fp8)
 
