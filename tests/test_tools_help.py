@@ -18,6 +18,7 @@ TOOLS = [
     "bench_train.py",
     "coverage.py",
     "gpu_tests.py",
+    "readme_tables.py",
 ]
 
 
