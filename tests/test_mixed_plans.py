@@ -11,11 +11,14 @@ H200 with 3) are in ``tools/results/accuracy_mixed_plans.md``.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import rel
 
 from hotcompile import HotBackend
 from hotcompile.demo import DigitsViT
+
+pytestmark = pytest.mark.slow  # ~10 s on 2 cores: three compiles of the digits ViT
 
 
 def _grads(backend, seed: int = 0) -> dict[str, torch.Tensor]:
