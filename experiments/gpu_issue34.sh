@@ -22,14 +22,7 @@
 #
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 part=${1:-tests}
-export PYTHONUNBUFFERED=1
-ln -sfn ../passes hotcompile/passes; ln -sfn ../csrc hotcompile/csrc
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1
-export PYTHONPATH=$PWD:/tmp/site HOTCOMPILE_CACHE=/tmp/hc HOTCOMPILE_COMMIT=${COMMIT:-unknown}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
-T0=$(date +%s)
-left() { echo $(( $1-$(date +%s)+T0 )); }
+source experiments/gpu_env.sh
 bench() {  # $1 models, $2 variants, $3 deadline (s since T0)
   timeout $(left $3) python3 tools/bench_train.py --no-progress --isolate --profile 0 --steps 10 \
     --models $1 --variants $2 --out $OUT/bench > $OUT/bench.log 2>&1

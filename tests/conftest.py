@@ -108,3 +108,17 @@ def skip_module_without_cuda_triton() -> None:
 
     if not has_triton():
         pytest.skip("needs Triton", allow_module_level=True)
+
+
+class LoRALinear(nn.Module):
+    """A LoRA-style layer: a frozen base linear plus a trainable rank-r update."""
+
+    def __init__(self, i: int, o: int, r: int = 4):
+        super().__init__()
+        self.base = nn.Linear(i, o)
+        self.base.requires_grad_(False)
+        self.lora_a = nn.Linear(i, r, bias=False)
+        self.lora_b = nn.Linear(r, o, bias=False)
+
+    def forward(self, x):
+        return self.base(x) + self.lora_b(self.lora_a(x))

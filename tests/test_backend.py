@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import AOT, MLPBlock, SmallCNN, rel, run_step
+from conftest import AOT, LoRALinear, MLPBlock, SmallCNN, rel, run_step
 
 import hotcompile
 from hotcompile import HotBackend, HotConfig, HotConfigError
@@ -139,18 +139,6 @@ def test_include_exclude_and_min_size():
     be = HotBackend(compiler="aot_eager", include=("fc*",), min_weight_numel=64 * 256 + 1)
     run_step(m, torch.randn(2, 16, 64), backend=be)
     assert all(p.path == "skipped" and "min_weight_numel" in p.reason for p in be.layers)
-
-
-class LoRALinear(nn.Module):
-    def __init__(self, i: int, o: int, r: int = 4):
-        super().__init__()
-        self.base = nn.Linear(i, o)
-        self.base.requires_grad_(False)
-        self.lora_a = nn.Linear(i, r, bias=False)
-        self.lora_b = nn.Linear(r, o, bias=False)
-
-    def forward(self, x):
-        return self.base(x) + self.lora_b(self.lora_a(x))
 
 
 def test_frozen_weight_gets_gx_only_and_saves_nothing_for_gw():

@@ -8,7 +8,7 @@ import logging
 
 import torch
 import torch.nn as nn
-from conftest import AOT, MLPBlock
+from conftest import AOT, LoRALinear, MLPBlock
 
 import hotcompile
 from hotcompile import HotBackend
@@ -16,18 +16,6 @@ from hotcompile.demo import plan_table
 from hotcompile.plantable import COLUMNS, format_plans
 
 NO_HOT = "runs no HOT backward"
-
-
-class LoRALinear(nn.Module):
-    def __init__(self, i: int, o: int, r: int = 4):
-        super().__init__()
-        self.base = nn.Linear(i, o)
-        self.base.requires_grad_(False)
-        self.lora_a = nn.Linear(i, r, bias=False)
-        self.lora_b = nn.Linear(r, o, bias=False)
-
-    def forward(self, x):
-        return self.base(x) + self.lora_b(self.lora_a(x))
 
 
 def _every_path_model() -> nn.Module:

@@ -1524,13 +1524,20 @@ def plot_gpu_lm(
     gap.axhline(2.0, color="gray", ls="--", lw=0.8, label="2% target")
     gap.axhline(0.0, color="black", lw=0.6)
     gap.set(title="gap to bf16", xlabel="step", ylabel="val loss vs bf16 (%)")
-    for a in (ax, gap):
+    _save_figure(fig, (ax, gap), path)
+    return True
+
+
+def _save_figure(fig: Any, axes: Sequence[Any], path: pathlib.Path) -> None:
+    """Grid and legend on each of ``axes``, then ``fig`` written to ``path`` and closed."""
+    import matplotlib.pyplot as plt
+
+    for a in axes:
         a.grid(alpha=0.3)
         a.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
 
 
 def write_gpu_lm(
@@ -2019,11 +2026,7 @@ def plot_mnist(results: Sequence[RunOutput], path: pathlib.Path) -> bool:
     ax.axhline(100 * MNIST_TARGET_ACC, color="gray", ls="--", lw=0.8)
     ax.set(title="MNIST, ViT-S-sized: test accuracy", xlabel="step", ylabel="test accuracy (%)",
            ylim=(90, 100))  # fmt: skip
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(fig, (ax,), path)
     return True
 
 

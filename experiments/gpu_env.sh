@@ -1,0 +1,12 @@
+# Sourced by the device-call drivers (gpu_issue34.sh, gpu_issue36.sh): the device machine's
+# set-up (carried wheels under /tmp/site, hotcompile installed from the copied tree, the gate's
+# cache under /tmp/hc), the GPU and the time printed, and `left N`: seconds until N s after
+# the start.
+export PYTHONUNBUFFERED=1
+ln -sfn ../passes hotcompile/passes; ln -sfn ../csrc hotcompile/csrc
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1
+export PYTHONPATH=$PWD:/tmp/site HOTCOMPILE_CACHE=/tmp/hc HOTCOMPILE_COMMIT=${COMMIT:-unknown}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
+T0=$(date +%s)
+left() { echo $(( $1-$(date +%s)+T0 )); }
