@@ -4,7 +4,7 @@ The diagnostic behind tools/results/bench_train.md's note on the GPT-2 NaN: g_y 
 (bf16 and fp32) and a 768-wide weight through both g_x quantize kernels (Triton, CUDA; the
 CUDA one refuses rows over 16384 columns, then 4000 columns are tried), the weight quantize,
 both GEMM families, hq_grad_input (vs the reference on 512 rows) and hla_grad_weight. Prints
-one line per check; its output on the H200 is tools/results/gpt2_head_ops.txt.
+one line per check; its output on the H200 is experiments/results/gpt2_head_ops.txt.
 
     HOTCOMPILE_CUTLASS=0 python3 experiments/gpt2_head_ops.py
 """

@@ -309,7 +309,7 @@ class HotConfig:
             (default): the paper's full-precision forward (bf16 under autocast). ``"fp8"``:
             ``torch._scaled_mm`` on FP8-e4m3 operands (``hotcompile.fp8``), composed with
             HOT's backward and ABC — the forward's GEMMs are the largest cost a bf16 forward
-            leaves (``tools/results/llama_ceiling.md``). The casts are ATen, so inductor
+            leaves (``experiments/results/llama_ceiling.md``). The casts are ATen, so inductor
             computes them in the kernel that produces x (RMSNorm, SwiGLU, a residual add).
             Where the gate runs (``prefer="speed"`` on CUDA) it times the layer's whole step
             both ways (FP8 forward + HOT backward against bf16 forward + exact backward) and

@@ -2,7 +2,7 @@
 
 HOT's paper keeps the forward in full precision; with a bf16 forward the forward's GEMMs are
 the largest cost HOT leaves (a Llama-style step cannot pass ~1.16× inductor's even with free
-quantizers, ``tools/results/llama_ceiling.md``). This module runs ``y = x Wᵀ`` on FP8-e4m3
+quantizers, ``experiments/results/llama_ceiling.md``). This module runs ``y = x Wᵀ`` on FP8-e4m3
 operands instead, as torchao's float8 training does, so that it composes with HOT's backward
 and ABC in one layer:
 
