@@ -24,6 +24,7 @@ reduce_dtype=fp32)`` on the CPU (slow) and compares loosely.
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import pathlib
@@ -462,6 +463,7 @@ def test_ddp_pieces_that_cut_a_shared_input_are_named(
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
     )
+    model = run = None
     try:
         model = DDP(build("text", False), bucket_cap_mb=bucket_bytes / 2**20)
         x, y = batch("text", 2)
@@ -469,6 +471,11 @@ def test_ddp_pieces_that_cut_a_shared_input_are_named(
             run = torch.compile(model, backend="hot", options=OPTIONS)
             loss_of(run(input_ids=x), y).backward()
     finally:
+        # DDP's reducer (and the compiled graphs holding it) go before the process group:
+        # freed after destroy_process_group, gloo's destructor once hung waiting on a thread
+        del model, run
+        torch._dynamo.reset()
+        gc.collect()
         dist.destroy_process_group()
     warned = [r.getMessage() for r in caplog.records if "cut apart" in r.getMessage()]
     if bucket_bytes == BUCKET_BYTES:
