@@ -144,12 +144,38 @@ def hf_config(transformers: Any, name: str, overrides: list[dict[str, Any]]) -> 
             ) from None
     if hasattr(cfg, "use_cache"):  # a training step: no KV cache (its empty tensors are real)
         cfg.use_cache = False
+    derived = _derived_fields(cfg)
+    given: set[str] = set()
     for fields in overrides:
         for key, value in fields.items():
             if not hasattr(cfg, key):
                 raise SystemExit(f"--hf-config: {type(cfg).__name__} has no field {key!r}")
             setattr(cfg, key, value)
+            given.add(key)
+    # fields the config derived from others at construction follow them, as they would have
+    # if the sizes had been passed to the config class (``num_attention_heads=16`` on Llama's
+    # default config otherwise leaves 32 KV heads, and SDPA fails on the mismatch)
+    for key, (sources, derive) in derived.items():
+        if key not in given and given & sources:
+            setattr(cfg, key, derive(cfg))
     return cfg
+
+
+def _derived_fields(cfg: Any) -> dict[str, tuple[set[str], Any]]:
+    """The config's fields that hold what its class derives from other fields by default
+    (``num_key_value_heads`` = ``num_attention_heads``, ``head_dim`` = hidden / heads), with
+    their sources and how to derive them again."""
+    out: dict[str, tuple[set[str], Any]] = {}
+    heads = getattr(cfg, "num_attention_heads", None)
+    hidden = getattr(cfg, "hidden_size", None)
+    if heads and getattr(cfg, "num_key_value_heads", None) == heads:
+        out["num_key_value_heads"] = ({"num_attention_heads"}, lambda c: c.num_attention_heads)
+    if heads and hidden and getattr(cfg, "head_dim", None) == hidden // heads:
+        out["head_dim"] = (
+            {"hidden_size", "num_attention_heads"},
+            lambda c: c.hidden_size // c.num_attention_heads,
+        )
+    return out
 
 
 def parse_config_fields(text: str) -> dict[str, Any]:

@@ -536,3 +536,19 @@ def test_cli_builds_timm_models_by_name(capsys):
     assert args.func(args) == 0
     layers = [r["name"] for r in json.loads(capsys.readouterr().out)["layers"]]
     assert "blocks.11.mlp.fc2" in layers and "head" in layers and len(layers) == 12 * 4 + 2
+
+
+def test_hf_config_keeps_derived_fields_with_their_sources():
+    """``--hf llama --hf-config num_attention_heads=16`` (docs/report.md's example): the KV heads
+    and the head dim the config class derived from the defaults follow the new sizes (they
+    stayed 32 / 128 and SDPA failed); a field the user sets is kept as given."""
+    pytest.importorskip("transformers")
+    from hotcompile import compat
+    from hotcompile.cliargs import hf_config
+
+    tf = compat.import_module("transformers")
+    cfg = hf_config(tf, "llama", [{"hidden_size": 1024, "num_attention_heads": 16}])
+    assert (cfg.num_key_value_heads, cfg.head_dim) == (16, 64)
+    cfg = hf_config(tf, "llama", [{"num_attention_heads": 16, "num_key_value_heads": 4}])
+    assert cfg.num_key_value_heads == 4
+    assert hf_config(tf, "llama", [{"num_hidden_layers": 2}]).num_key_value_heads == 32
