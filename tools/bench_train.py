@@ -771,6 +771,9 @@ def run_variant(
         result["skipped_layers"] = sorted({n for n, path in layers if path == "skipped"})
         #: why each kept autograd's backward (the speed gate's measured times, a shape, ...)
         result["skip_reasons"] = {p.name: p.reason for p in plans if p.path == "skipped"}
+        #: forward="fp8": the layers whose forward GEMM ran in FP8, and why others kept bf16
+        result["fp8_forward_layers"] = sorted({p.name for p in plans if p.forward != "bf16"})
+        result["forward_reasons"] = {p.name: p.forward_reason for p in plans if p.forward_reason}
         result["graphs_compiled"] = len({id(r) for r in hotcompile.backend.RECORDS})
         dispatch = sys.modules.get("hotcompile.kernels.dispatch")
         if dispatch is not None:  # which CUDA implementation each layer's stages ran
@@ -1158,6 +1161,8 @@ def markdown(res: dict[str, Any]) -> str:
                 notes.append(
                     f"{len(v['hot_layers'])} HOT layers" + (f", {kept} kept bf16" if kept else "")
                 )
+                if v.get("fp8_forward_layers"):
+                    notes.append(f"{len(v['fp8_forward_layers'])} with an FP8 forward")
             if "float8" in v:
                 f8 = v["float8"]
                 notes.append(
