@@ -315,8 +315,9 @@ class HotConfig:
             both ways (FP8 forward + HOT backward against bf16 forward + exact backward) and
             keeps bf16 where FP8 does not pay. Linear layers only; a layer keeps a bf16
             forward, with the reason in the plan's ``forward`` column, where a dim is not a
-            multiple of 16 (the FP8 GEMM's alignment), for the graph's last layer (an LM or
-            classifier head: FP8 recipes keep it in bf16, as torchao advises), under
+            multiple of 16 (the FP8 GEMM's alignment), for the model's head (the graph's last
+            layer when nothing after it joins another activation: an LM or classifier head;
+            FP8 recipes keep it in bf16, as torchao advises), under
             ``exact=True`` and for empty inputs. No delayed scaling: the scales are the
             current tensor's max-abs, as HOT's own quantizers.
         forward_scaling: ``forward="fp8"``'s scales: ``"rowwise"`` (default: one per token

@@ -599,7 +599,8 @@ def rewrite(
         name = _name(call, scope, seen)
         args = (config, scope, call, name, weights, tokens[id(scope.gm)], probe_hla)
         n_readers = readers.get(_x_key(scope, call), 1)
-        plan = _plan_call(*args, n_readers, inference=inference, last=i == last)
+        head = i == last and _ends_the_model(call.node)
+        plan = _plan_call(*args, n_readers, inference=inference, last=head)
         items.append([scope, call, args, plan])
     if inference:
         for item in items:
@@ -865,8 +866,34 @@ def _plan_call(
     )  # fmt: skip
 
 
+def _ends_the_model(node: torch.fx.Node, limit: int = 256) -> bool:
+    """Whether the graph's last weight call is the model's head: nothing after it mixes its
+    output with another floating-point activation. A head's logits reach the graph's outputs
+    or the loss through views, casts and reductions, meeting only integer targets; the last
+    layer of a graph that ends inside the model (an FSDP2 block, a DDPOptimizer piece, a graph
+    break) meets the residual stream (``h + down(...)``) or rotary tables first. Past
+    ``limit`` nodes it is taken for a head (a bf16 forward: the safe side)."""
+    seen, todo = {node}, [node]
+    while todo:
+        n = todo.pop()
+        for user in n.users:
+            if user in seen or user.op == "output":
+                continue
+            for a in user.all_input_nodes:
+                if a in seen or a.op in ("placeholder", "get_attr"):
+                    continue
+                val = _meta(a)
+                if isinstance(val, torch.Tensor) and val.is_floating_point() and val.dim() > 0:
+                    return False  # another activation joins: the model goes on
+            seen.add(user)
+            if len(seen) > limit:
+                return True
+            todo.append(user)
+    return True
+
+
 #: why the graph's last layer keeps a bf16 forward under ``forward="fp8"``
-HEAD_FORWARD_REASON = "forward: bf16 for the graph's last layer (a head), as FP8 recipes keep it"
+HEAD_FORWARD_REASON = "forward: bf16 for the model's last layer (a head), as FP8 recipes keep it"
 
 
 def _forward(

@@ -193,3 +193,32 @@ def test_composes_with_text_recipe_memory_and_checkpointing():
     assert all(p.recipe == "text" and p.region == "checkpoint" for p in blocks)
     assert plans["lm_head"].forward == "bf16" and plans["lm_head"].forward_reason
     assert losses[-1] < losses[0]
+
+
+def test_a_graph_that_ends_inside_the_model_keeps_its_last_layer_fp8():
+    """A graph of one transformer block (as FSDP2 or DDP's pieces compile a model) ends in
+    the residual stream, not a head: its last layer (fc2) keeps the FP8 forward; a model that
+    ends in a classifier (an integer-target loss after it) keeps that head in bf16."""
+    from hotcompile.demo import Block
+
+    hotcompile.clear_plans()
+    block = Block(64, 4, 128)
+    be = HotBackend(compiler="aot_eager", prefer="paper", forward="fp8")
+    torch.compile(block, backend=be)(torch.randn(2, 16, 64, requires_grad=True)).sum().backward()
+    assert {p.name: p.forward for p in be.layers}["fc2"] == "fp8 rowwise"
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vit = DigitsViT()
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.vit(x).float(), y)
+
+    model = WithLoss()
+    be = HotBackend(compiler="aot_eager", prefer="paper", forward="fp8")
+    loss = torch.compile(model, backend=be)(torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,)))
+    loss.backward()
+    rows = {p.name: p for p in be.layers}
+    assert rows["vit.head"].forward == "bf16" and "head" in rows["vit.head"].forward_reason
+    assert rows["vit.blocks.1.fc2"].forward == "fp8 rowwise"

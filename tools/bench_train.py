@@ -290,8 +290,8 @@ VARIANT_NOTES: dict[str, str] = {
     'codes made in the backward, then prefer="memory"\'s choice)',
     "hot_fp8": 'as hot, with forward="fp8": the forward GEMM of each HOT layer in FP8-e4m3 '
     "(torch._scaled_mm, rowwise scales: per token of x, per output channel of W), the casts "
-    "ATen that inductor fuses; the gate times forward + backward both ways; the graph's last "
-    "layer (the head) keeps bf16",
+    "ATen that inductor fuses; the gate times forward + backward both ways; the model's head "
+    "keeps bf16",
     "hot_fp8_cg": 'as hot_fp8, with options={"mode": "reduce-overhead"}; judged against '
     "inductor_cg",
     "hot_fp8_tensorwise": 'as hot_fp8, with forward_scaling="tensorwise" (one scale for x, one '
