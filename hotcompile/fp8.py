@@ -70,6 +70,21 @@ def operands(
     return xq, sx.reshape(()), wq, sw.reshape(())
 
 
+def scaled_gemm(
+    xq: torch.Tensor,
+    sx: torch.Tensor,
+    wq: torch.Tensor,
+    sw: torch.Tensor,
+    scaling: str,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """``torch._scaled_mm`` of :func:`operands`' codes and scales, ``[M, N]`` in ``dtype``.
+    Rowwise scales come out of the GEMM in bf16 only (torch's kernels), then cast."""
+    gemm_dtype = torch.bfloat16 if scaling == "rowwise" else dtype
+    y = torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw, out_dtype=gemm_dtype)
+    return y.to(dtype)
+
+
 def linear_reference(
     x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, scaling: str = "rowwise"
 ) -> torch.Tensor:
@@ -96,9 +111,7 @@ def linear(
     x2 = x.reshape(-1, K)
     xq, sx, wq, sw = operands(x2, w, scaling)
     dtype = out_dtype(x)
-    gemm_dtype = torch.bfloat16 if scaling == "rowwise" else dtype  # rowwise: bf16 out only
-    y = torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw, out_dtype=gemm_dtype)
-    y = y.to(dtype)
+    y = scaled_gemm(xq, sx, wq, sw, scaling, dtype)
     if bias is not None:
         y = y + bias.to(dtype)
     return y.reshape(*x.shape[:-1], N)

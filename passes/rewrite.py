@@ -600,7 +600,7 @@ def rewrite(
         args = (config, scope, call, name, weights, tokens[id(scope.gm)], probe_hla)
         n_readers = readers.get(_x_key(scope, call), 1)
         head = i == last and _ends_the_model(call.node)
-        plan = _plan_call(*args, n_readers, inference=inference, last=head)
+        plan = _plan_call(*args, n_readers, inference=inference, head=head)
         items.append([scope, call, args, plan])
     if inference:
         for item in items:
@@ -765,13 +765,13 @@ def _plan_call(
     probe_hla: bool,
     x_readers: int = 1,
     inference: bool = False,
-    last: bool = False,
+    head: bool = False,
 ) -> LayerPlan:
     """What to do with one weight call: a skipped plan with its reason, or the HOT plan whose
     ``spec`` the rewrite bakes into the graph. ``x_readers``: the layers reading this call's
     x, which share its ABC if all take HOT (:func:`_share_abc`). ``inference``: the graph has
-    no backward; a layer that passes the static checks is planned ``"inference"``. ``last``:
-    the graph's last weight call (an LM or classifier head), which keeps a bf16 forward under
+    no backward; a layer that passes the static checks is planned ``"inference"``. ``head``:
+    the model's head (:func:`_ends_the_model`), which keeps a bf16 forward under
     ``forward="fp8"``."""
     kind = call.kind
     text = call.x in tokens
@@ -839,7 +839,7 @@ def _plan_call(
         spec = dataclasses.replace(spec, hla_rows=())
     if probe_hla:
         spec = dataclasses.replace(spec, abc=False, hla_probe=bool(spec.hla_rows))
-    forward, forward_reason = _forward(config, kind, x, wshape, last)
+    forward, forward_reason = _forward(config, kind, x, wshape, head)
     spec = dataclasses.replace(spec, forward=forward)
     speed = None
     if config.prefer == "speed" and not config.exact and x.device.type in ("cuda", "meta"):
@@ -892,12 +892,12 @@ def _ends_the_model(node: torch.fx.Node, limit: int = 256) -> bool:
     return True
 
 
-#: why the graph's last layer keeps a bf16 forward under ``forward="fp8"``
+#: why the model's head keeps a bf16 forward under ``forward="fp8"``
 HEAD_FORWARD_REASON = "forward: bf16 for the model's last layer (a head), as FP8 recipes keep it"
 
 
 def _forward(
-    config: HotConfig, kind: str, x: torch.Tensor, wshape: tuple[int, ...], last: bool
+    config: HotConfig, kind: str, x: torch.Tensor, wshape: tuple[int, ...], head: bool
 ) -> tuple[str, str]:
     """The layer's forward GEMM (``LayerSpec.forward``) and, where ``forward="fp8"`` was asked
     for and the layer keeps bf16, why."""
@@ -907,7 +907,7 @@ def _forward(
         return "bf16", "forward: exact=True keeps every part in full precision"
     if kind != "linear":
         return "bf16", "forward: the FP8 forward is for linear layers (conv keeps bf16)"
-    if last:
+    if head:
         return "bf16", HEAD_FORWARD_REASON
     why = fp8.unsupported(_hint(x.shape[-1]), wshape[0])
     if why:

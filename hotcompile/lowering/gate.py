@@ -450,12 +450,10 @@ def _forward_us(s: Shape, x: torch.Tensor, w: torch.Tensor) -> dict[str, float]:
     be several kernels each, where the compiled step fuses them)."""
     from hotcompile import fp8
 
-    wb = w.to(x.dtype)
-    xq, sx, wq, sw = fp8.operands(x, wb, s.forward.removeprefix("fp8_"))
-    dtype = torch.bfloat16 if s.forward == "fp8_rowwise" else x.dtype
+    scaling = s.forward.removeprefix("fp8_")
+    xq, sx, wq, sw = fp8.operands(x, w.to(x.dtype), scaling)
     bf16 = _graph_us(lambda: torch.mm(x, w.to(x.dtype).t()))
-    gemm = _graph_us(lambda: torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw,
-                                               out_dtype=dtype))  # fmt: skip
+    gemm = _graph_us(lambda: fp8.scaled_gemm(xq, sx, wq, sw, scaling, x.dtype))
     return {"fwd_bf16_us": bf16, "fwd_fp8_us": gemm + _fp8_casts_us(s)}
 
 
