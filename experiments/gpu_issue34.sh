@@ -30,12 +30,15 @@ bench() {  # $1 models, $2 variants, $3 deadline (s since T0)
 }
 V=inductor,hot,hot_fp8,hot_fp8_memory,torchao_float8,torchao_float8_rowwise
 if [ "$part" = tests ]; then
-  timeout 120 python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1
-  echo "fp8 rc=$?"; tail -3 $OUT/fp8.log
-  timeout 120 python3 -m pytest tests/test_kernels_hla_gpu.py -q -p no:cacheprovider -k nan \
-    > $OUT/nan.log 2>&1; echo "nan rc=$?"; tail -3 $OUT/nan.log
-  timeout $(left 580) python3 -m pytest tests/test_lowering_gpu.py tests/test_gpu.py -q \
-    -p no:cacheprovider > $OUT/gpu.log 2>&1; echo "gpu rc=$?"; tail -5 $OUT/gpu.log
+  # all four in parallel (each compiles more than it runs), each cut at DEADLINE s
+  for f in test_fp8_gpu test_kernels_hla_gpu test_lowering_gpu test_gpu; do
+    k=""; [ $f = test_kernels_hla_gpu ] && k="-k nan"
+    timeout $(left ${DEADLINE:-330}) python3 -m pytest tests/$f.py -q -p no:cacheprovider $k \
+      > $OUT/$f.log 2>&1 &
+  done; wait
+  for f in test_fp8_gpu test_kernels_hla_gpu test_lowering_gpu test_gpu; do
+    echo "== $f:"; grep -E "passed|failed|error|Error" $OUT/$f.log | tail -6
+  done
 elif [ "$part" = llamas ]; then
   bench llama,llama8b $V 580
 elif [ "$part" = vits ]; then
