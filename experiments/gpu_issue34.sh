@@ -28,6 +28,10 @@ bench() {  # $1 models, $2 variants, $3 deadline (s since T0)
     --models $1 --variants $2 --out $OUT/bench > $OUT/bench.log 2>&1
   echo "bench rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| (inductor|hot|torchao)" $OUT/bench/bench_train.md
 }
+if [ -n "$FP8TEST" ]; then  # the FP8 forward's GPU tests first, alone on the GPU
+  timeout 150 python3 -m pytest tests/test_fp8_gpu.py -q -s -p no:cacheprovider > $OUT/fp8.log 2>&1
+  echo "fp8 rc=$?"; grep -A12 "rel. error" $OUT/fp8.log; tail -2 $OUT/fp8.log
+fi
 V=inductor,hot,hot_fp8,hot_fp8_memory,torchao_float8,torchao_float8_rowwise
 if [ "$part" = tests ]; then
   # all four in parallel (each compiles more than it runs), each cut at DEADLINE s
@@ -40,7 +44,7 @@ if [ "$part" = tests ]; then
     echo "== $f:"; grep -E "passed|failed|error|Error" $OUT/$f.log | tail -6
   done
 elif [ "$part" = llamas ]; then
-  bench llama,llama8b $V 580
+  bench ${MODELS:-llama,llama8b} ${VARIANTS:-$V} 580
 elif [ "$part" = vits ]; then
   bench vit_l16,vit_b16 inductor,hot,hot_fp8,torchao_float8,torchao_float8_rowwise 580
 elif [ "$part" = acc ]; then

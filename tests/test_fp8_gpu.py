@@ -37,31 +37,40 @@ def test_scaled_mm_matches_the_reference(scaling):
     assert rel(ref, exact) < 0.06
 
 
-def _block_grads(forward: str, x: torch.Tensor, gy: torch.Tensor):
+def _block_grads(backend, x: torch.Tensor, gy: torch.Tensor):
     torch._dynamo.reset()
     torch.manual_seed(0)
     block = Block(256, 4, 1024).cuda()
-    be = HotBackend(prefer="paper", forward=forward, rounding="nearest")
     xs = x.clone().requires_grad_()
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        y = torch.compile(block, backend=be)(xs)
+        y = torch.compile(block, backend=backend)(xs)
     y.backward(gy)
+    names = ["x"] + [n for n, _ in block.named_parameters()]
     grads = [xs.grad] + [p.grad for p in block.parameters()]
-    return y.detach().float(), grads, be
+    return y.detach().float(), dict(zip(names, grads))
 
 
 def test_compiled_block_fp8_forward():
+    """The FP8 forward composed with HOT's backward: each gradient's error against the exact
+    step (inductor, bf16) stays close to what HOT with the bf16 forward gives. The FP8 forward
+    does reach the backward through the activations the backward's nonlinearities read
+    (attention's probabilities, GELU's input, LayerNorm's statistics), so the gradients are
+    not bit-identical to HOT's with a bf16 forward; they must not be much further from exact."""
     g = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(8, 128, 256, device="cuda", generator=g)
     gy = torch.randn(8, 128, 256, device="cuda", generator=g).to(torch.bfloat16)
-    y0, g0, _ = _block_grads("bf16", x, gy)
-    y1, g1, be = _block_grads("fp8", x, gy)
+    y_exact, g_exact = _block_grads("inductor", x, gy)
+    y0, g0 = _block_grads(HotBackend(prefer="paper", rounding="nearest"), x, gy)
+    be = HotBackend(prefer="paper", forward="fp8", rounding="nearest")
+    y1, g1 = _block_grads(be, x, gy)
     fwd = {p.name: p.forward for p in be.layers}
     assert fwd["qkv"] == "fp8 rowwise" and fwd["fc1"] == "fp8 rowwise", fwd
     assert fwd["fc2"] == "fp8 rowwise"  # the block's graph ends in the residual stream
-    assert 1e-3 < rel(y1, y0) < 0.06
-    # the backward reads g_y and ABC's codes of x, not y: the gradients of the layers after
-    # the first FP8 layer see different inputs only through x itself (none here: y.backward
-    # with a fixed g_y), so they agree up to the FP8 forward's effect on saved activations
-    for a, b in zip(g0, g1):
-        assert rel(b, a) < 0.1
+    assert rel(y0, y_exact) < 1e-2  # HOT leaves the bf16 forward as it was
+    assert 1e-3 < rel(y1, y_exact) < 0.06
+    errs = {n: (rel(g0[n], g_exact[n]), rel(g1[n], g_exact[n])) for n in g_exact}
+    print("gradient rel. error vs exact (hot bf16 forward, hot fp8 forward):")
+    for n, (e0, e1) in errs.items():
+        print(f"  {n:14s} {e0:.4f} {e1:.4f}")
+    worse = {n: e for n, e in errs.items() if e[1] > 1.5 * e[0] + 0.03}
+    assert not worse, worse
