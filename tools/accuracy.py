@@ -1728,10 +1728,13 @@ MNIST_VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot": {},  # HOT on every eligible layer (the tool's prefer="paper")
     "hot_mixed_fc2": {"include": ("*fc2",)},  # a forced mixed plan: the MLP's fc2 only
     # which part of HOT everywhere costs this 49-token ViT 6.7 points (issue 36's finding;
-    # not in the default run): HLA off, g_w exact, g_x exact
+    # not in the default run): HLA off, g_w exact, g_x exact (exact g_x keeps HLA on g_w)
     "hot_no_hla": {"hla": False},
     "hot_exact_gw": {"hla": False, "gw_bits": None},
     "hot_exact_gx": {"gx_bits": None},
+    # HLA is the cause (H100, 1 seed: experiments/results/mnist_hla_diagnosis_h100/); is its
+    # bias cured here as on text, by random per-token signs before the projection?
+    "hot_hla_signs": {"hla_signs": True},
 }
 #: what a plain ``--mnist`` runs
 MNIST_DEFAULT = ("bf16", "hot_default", "hot", "hot_mixed_fc2")

@@ -183,6 +183,16 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_fp8_cg": {"forward": "fp8", "mode": "reduce-overhead"},
     "hot_fp8_tensorwise": {"forward": "fp8", "forward_scaling": "tensorwise"},
     "hot_fp8_memory": {"forward": "fp8", "prefer": "memory"},
+    # run 39: hot_fp8 saved 0.42 GiB more than torchao (down's ABC codes), and its peak was
+    # 1.04x torchao's; the SwiGLU's inputs as FP8 codes alone (prefer="memory"'s third option,
+    # without its weight codes in the backward or ABC recompute) halve the Llama's largest
+    # saved tensors
+    "hot_fp8_swiglu": {"forward": "fp8", "abc_swiglu": "fp8"},
+    "hot_fp8_tensorwise_swiglu": {
+        "forward": "fp8",
+        "forward_scaling": "tensorwise",
+        "abc_swiglu": "fp8",
+    },
     "torchao_float8_rowwise": None,
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
     "inductor_cpp": None,
@@ -298,6 +308,9 @@ VARIANT_NOTES: dict[str, str] = {
     "for W)",
     "hot_fp8_memory": 'as hot_fp8, with prefer="memory" (every eligible layer HOT, the memory '
     "options of hot_memory)",
+    "hot_fp8_swiglu": 'as hot_fp8, with abc_swiglu="fp8" (a gated MLP saves its gate and up '
+    "outputs as FP8 codes with a scale per token, read back by the SwiGLU's backward)",
+    "hot_fp8_tensorwise_swiglu": 'as hot_fp8_swiglu, with forward_scaling="tensorwise"',
     "torchao_float8_rowwise": "as torchao_float8 with torchao's rowwise recipe "
     '(`Float8LinearConfig.from_recipe_name("rowwise")`)',
     "inductor_cpp": '`torch.compile(model, options={"cpp_wrapper": True})`: inductor\'s '

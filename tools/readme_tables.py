@@ -41,6 +41,13 @@ MODELS: tuple[tuple[str, str, str], ...] = (
         "an HF `LlamaForCausalLM` (hidden 2048, MLP 8192, 8 layers, vocab 32000), "
         "4 × 2048 tokens a step",
     ),
+    (
+        "llama8b",
+        "Llama-3-8B widths",
+        "the same at Llama-3-8B's layer widths (hidden 4096, MLP 14336, 32 heads, 8 KV "
+        "heads), 2 layers, 2 × 4096 tokens a step",
+    ),
+    ("vit_l16", "ViT-L/16", "timm `vit_large_patch16_224`, batch 64"),
     ("vit_b16", "ViT-B/16", "timm `vit_base_patch16_224`, batch 128"),
 )
 
@@ -67,7 +74,12 @@ ROWS: tuple[Row, ...] = (
         None,
         "not measured on this model (no `bench_train.py` variant yet)",
     ),
-    Row('`forward="fp8"`', "hot_fp8", "**not yet run on a GPU** (new; variant `hot_fp8`)"),
+    Row('`forward="fp8"`', "hot_fp8", "not measured on this model yet (variant `hot_fp8`)"),
+    Row(
+        '`forward="fp8"`, `prefer="memory"`',
+        "hot_fp8_memory",
+        "not measured on this model yet (variant `hot_fp8_memory`)",
+    ),
 )
 
 _RUN_NAME = re.compile(r"^run(\d+)([a-z]*)_")
