@@ -65,21 +65,13 @@ class Row:
 
 
 ROWS: tuple[Row, ...] = (
-    Row("inductor: `torch.compile(model)`", "inductor", "not measured"),
-    Row("torchao float8 (tensorwise), then `torch.compile`", "torchao_float8", "not measured"),
-    Row('`backend="hot"` (default: `prefer="speed"`)', "hot", "not measured"),
-    Row('`prefer="memory"`', "hot_memory", "not measured"),
-    Row(
-        '`prefer="paper"`',
-        None,
-        "not measured on this model (no `bench_train.py` variant yet)",
-    ),
-    Row('`forward="fp8"`', "hot_fp8", "not measured on this model yet (variant `hot_fp8`)"),
-    Row(
-        '`forward="fp8"`, `prefer="memory"`',
-        "hot_fp8_memory",
-        "not measured on this model yet (variant `hot_fp8_memory`)",
-    ),
+    Row("inductor: `torch.compile(model)`", "inductor", "no run"),
+    Row("torchao float8 (tensorwise), then `torch.compile`", "torchao_float8", "no run"),
+    Row('`backend="hot"` (default: `prefer="speed"`)', "hot", "no run"),
+    Row('`prefer="memory"`', "hot_memory", "variant `hot_memory`"),
+    Row('`prefer="paper"`', None, "no `bench_train.py` variant yet"),
+    Row('`forward="fp8"`', "hot_fp8", "variant `hot_fp8`"),
+    Row('`forward="fp8"`, `prefer="memory"`', "hot_fp8_memory", "variant `hot_fp8_memory`"),
 )
 
 _RUN_NAME = re.compile(r"^run(\d+)([a-z]*)_")
@@ -160,11 +152,12 @@ def table(runs_dir: Path = RUNS_DIR) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     used: dict[Path, dict[str, Any]] = {}
+    missing: dict[str, list[str]] = {}  # what no committed run measured, said once below
     for model, model_label, _ in MODELS:
         for row in ROWS:
             picked = pick_run(runs, model, row.variant) if row.variant else None
             if picked is None:
-                lines.append(f"| {model_label} | {row.label} | {row.missing} | | | | | | |")
+                missing.setdefault(f"{row.label} ({row.missing})", []).append(model_label)
                 continue
             path, run, entry = picked
             used[path] = run
@@ -180,6 +173,13 @@ def table(runs_dir: Path = RUNS_DIR) -> str:
                 f"| {_layers(v)} | {run_label(path)} |"
             )
     lines.append("")
+    if missing:
+        lines.append(
+            "Not measured: "
+            + "; ".join(f"{what} on {', '.join(models)}" for what, models in missing.items())
+            + "."
+        )
+        lines.append("")
     lines.append(
         "Speed: inductor's median step over this one's, in the same run (above 1 is faster); "
         "peak: `torch.cuda.max_memory_allocated` over the timed steps (weights, gradients, "
