@@ -1,24 +1,29 @@
 #!/bin/bash
-# Issue 34's GPU work (forward="fp8"), one device call per part, each under the 10-minute limit
-# (written in the session that built the option on the CPU; none of it has run yet):
+# Issue 34's GPU work (forward="fp8"), one device call per part, each under the 10-minute limit:
 #
-#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh tests", carry=[".whl"])
-#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh llamas", carry=[".whl"])
-#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh vits", carry=[".whl"])
-#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh acc", carry=[".whl"])
-#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh fsdp2", carry=[".whl"],
-#       kind="nvidia-h200-x2")
+#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh <part>", carry=[".whl"],
+#       kind="nvidia-h100-x1")      (fsdp2: kind="nvidia-h200-x2")
 #
-# tests:  the FP8 forward's GPU tests (tests/test_fp8_gpu.py), the NaN-in-x check of the HLA
-#         kernel (test_kernels_hla_gpu.py -k nan), then test_lowering_gpu.py and test_gpu.py.
-# llamas: tools/bench_train.py on the Llama-style model and the Llama at Llama-3-8B widths,
-#         inductor / hot / hot_fp8 / hot_fp8_memory / torchao float8 tensorwise and rowwise,
-#         one process per variant (--isolate), the gate's verdicts in the JSON.
-# vits:   the same on timm ViT-L/16 (batch 64) and ViT-B/16 (batch 128).
-# acc:    the ~127M HF Llama on bytes, bf16 / hot / hot_fp8 / torchao_fp8, 3 seeds (12
-#         processes on one GPU; an H200's memory holds them, an H100's may not).
-# fsdp2:  tools/bench_distributed.py --wrapper fsdp2 on 2 GPUs, inductor / hot / hot_fp8 /
-#         torchao_float8, 200 steps.
+# tests:   the FP8 forward's GPU tests (tests/test_fp8_gpu.py), the NaN-in-x check of the HLA
+#          kernel (test_kernels_hla_gpu.py -k nan), test_lowering_gpu.py and test_gpu.py, all
+#          four in parallel, cut at DEADLINE s (session 24: all passed, 20 of 23 lowering
+#          tests reached in 300 s).
+# llamas:  tools/bench_train.py on MODELS (default the Llama-style model and the Llama at
+#          Llama-3-8B widths) x VARIANTS (default inductor / hot / hot_fp8 / hot_fp8_memory /
+#          torchao float8 tensorwise and rowwise), one process per variant (--isolate); with
+#          FP8TEST=1 the FP8 tests first. Session 24: runs 39-41 (about 290 s per 5 variants
+#          of one Llama; ViT-L similar).
+# lean:    the memory and scaling candidates of tools/results/fp8_forward_h100.md on the
+#          Llama: hot_fp8, hot_fp8_tensorwise, hot_fp8_swiglu, hot_fp8_tensorwise_swiglu
+#          against inductor and torchao tensorwise (MODELS=llama8b for the other Llama).
+# vitl:    ViT-L/16: inductor / hot_fp8 (the gate's fp8_forward path, new after run 41) /
+#          torchao tensorwise.
+# profile: the Llama's hot_fp8 and torchao tensorwise with --profile 3: which kernels differ.
+# acc:     the ~127M HF Llama on bytes, ACC (default "bf16 hot_fp8") x 3 seeds, one process
+#          each (6 at once: ~250 s each on an H200 beside 6 others); ACC="hot torchao_fp8"
+#          for the issue's other two.
+# fsdp2:   tools/bench_distributed.py --wrapper fsdp2 on 2 GPUs, inductor / hot / hot_fp8 /
+#          torchao_float8, 200 steps.
 #
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 part=${1:-tests}
@@ -45,10 +50,16 @@ if [ "$part" = tests ]; then
   done
 elif [ "$part" = llamas ]; then
   bench ${MODELS:-llama,llama8b} ${VARIANTS:-$V} 580
-elif [ "$part" = vits ]; then
-  bench vit_l16,vit_b16 inductor,hot,hot_fp8,torchao_float8,torchao_float8_rowwise 580
+elif [ "$part" = lean ]; then
+  bench ${MODELS:-llama} inductor,hot_fp8,hot_fp8_tensorwise,hot_fp8_swiglu,hot_fp8_tensorwise_swiglu,torchao_float8 ${DEADLINE:-580}
+elif [ "$part" = vitl ]; then
+  bench vit_l16 inductor,hot_fp8,torchao_float8 ${DEADLINE:-580}
+elif [ "$part" = profile ]; then
+  timeout $(left 580) python3 tools/bench_train.py --no-progress --isolate --profile 3 --steps 10 \
+    --models ${MODELS:-llama} --variants hot_fp8,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
+  echo "profile rc=$?"; grep -E "^\| (hot|torchao)" $OUT/bench/bench_train.md
 elif [ "$part" = acc ]; then
-  for v in bf16 hot hot_fp8 torchao_fp8; do for s in 0 1 2; do
+  for v in ${ACC:-bf16 hot_fp8}; do for s in 0 1 2; do
     timeout $(left 580) python3 tools/accuracy.py --gpu-lm --arch llama --deadline 0 --no-progress \
       --fresh --seeds 1 --first-seed $s --variants $v --out $OUT/runs/${v}_s$s > $OUT/log_${v}_s$s.txt 2>&1 &
   done; done

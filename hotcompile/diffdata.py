@@ -28,6 +28,11 @@ def human_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+#: the plan paths whose layers the rewrite changed (``hotcompile.passes.rewrite.REWRITTEN_PATHS``;
+#: this module stays free of the passes' imports)
+REWRITTEN = ("hot", "gx_only", "exact", "fp8_forward")
+
+
 @dataclasses.dataclass
 class SavedValue:
     """One tensor the forward saves for the backward."""
@@ -53,7 +58,8 @@ class LayerDiff:
 
     name: str
     kind: str
-    path: str  #: ``hot``, ``gx_only``, ``exact``, ``skipped``, or ``not rewritten``
+    #: ``hot``, ``gx_only``, ``exact``, ``fp8_forward``, ``skipped``, or ``not rewritten``
+    path: str
     reason: str
     quantizer: str | None
     quantizer_rule: str
@@ -209,7 +215,7 @@ class GraphDiffData:
             "config": self.config,
             "summary": {
                 "layers": len(self.layers),
-                "rewritten": sum(lay.path in ("hot", "gx_only", "exact") for lay in self.layers),
+                "rewritten": sum(lay.path in REWRITTEN for lay in self.layers),
                 "flagged": [lay.name for lay in self.flagged],
                 "saved_bytes": self.saved_bytes(),
             },

@@ -12,7 +12,7 @@ import difflib
 import html
 from typing import Any
 
-from hotcompile.diffdata import GraphDiffData, SavedValue, human_bytes
+from hotcompile.diffdata import REWRITTEN, GraphDiffData, SavedValue, human_bytes
 
 _CSS = """
 :root { --bg:#fff; --fg:#1d2330; --mut:#6b7280; --line:#e5e7eb; --add:#e6ffec; --addfg:#116329;
@@ -38,7 +38,7 @@ code, .code { font: 12px/1.4 ui-monospace, "SFMono-Regular", Menlo, Consolas, mo
         border: 1px solid var(--line); }
 .p-hot, .p-gx_only { background: var(--add); color: var(--addfg); }
 .p-skipped, .p-not { background: var(--warn); }
-.p-exact { background: #ddf4ff; }
+.p-exact, .p-fp8_forward { background: #ddf4ff; }
 .flag { color: var(--delfg); } .ok { color: var(--addfg); }
 tr.layer-row { cursor: pointer; } tr.layer-row:hover, tr.sel { background: #f0f6ff; }
 .grid2 { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 16px; }
@@ -168,7 +168,7 @@ def render_html(d: GraphDiffData) -> str:
         (f"{a / b:.2f}x" if b else "-", "hot / plain"),
         (human_bytes(sb["after"]["compressed"]), "of which INT8 compressed"),
         (
-            f"{sum(lay.path in ('hot', 'gx_only', 'exact') for lay in d.layers)}/{len(d.layers)}",
+            f"{sum(lay.path in REWRITTEN for lay in d.layers)}/{len(d.layers)}",
             "layers rewritten",
         ),
         (str(len(d.flagged)), "layers still saving full-precision x"),

@@ -51,19 +51,25 @@ PATHS: dict[str, str] = {
     "gx_only": "frozen weight (requires_grad=False, e.g. a LoRA base): only g_x runs HOT; no "
     "g_w is computed and nothing is saved for one",
     "exact": "exact=True: HOT's autograd Function with every transform off (checks the plumbing)",
+    "fp8_forward": 'forward="fp8" where HOT\'s backward does not pay but the FP8 forward does '
+    "(the speed gate's measurement): the forward GEMM in FP8, autograd's exact backward",
     "skipped": "autograd's own backward; the reason column says why (the speed gate's 'speed:' "
     "rows: HOT measured no faster than the exact bf16 backward on this GPU)",
     "inference": "compiled without gradients (torch.no_grad, inference_mode, or nothing needs "
     "a grad): there is no backward, so nothing is rewritten and the forward is plain",
 }
 #: the paths whose layers run HOT's autograd Function (``LayerPlan.rewritten``)
-REWRITTEN_PATHS = frozenset({"hot", "gx_only", "exact"})
+REWRITTEN_PATHS = frozenset({"hot", "gx_only", "exact", "fp8_forward"})
+#: the paths whose layers run HOT's backward (HQ / HLA / ABC): the layers a run counts as HOT
+HOT_PATHS = frozenset({"hot", "gx_only"})
 #: the reason of a ``gx_only`` layer
 GX_ONLY_REASON = (
     "weight frozen (requires_grad=False): only g_x runs HOT; no g_w, nothing saved for it"
 )
 #: the reason of an ``exact`` layer
 EXACT_REASON = "exact=True: HOT's Function with every transform off (full-precision backward)"
+#: the reason of an ``fp8_forward`` layer (the gate's times follow it)
+FP8_FORWARD_REASON = "FP8 forward, exact backward"
 #: the reason of an ``inference`` layer
 INFERENCE_REASON = (
     "compiled without gradients: no backward to rewrite; takes HOT's backward when compiled "
@@ -842,18 +848,27 @@ def _plan_call(
     forward, forward_reason = _forward(config, kind, x, wshape, head)
     spec = dataclasses.replace(spec, forward=forward)
     speed = None
-    if config.prefer == "speed" and not config.exact and x.device.type in ("cuda", "meta"):
+    if config.prefer == "speed" and not config.exact and _gate_runs(x):
         # on CUDA the measured verdict decides; on meta tensors (hotcompile report) the
         # roofline model says what to expect on an H100 and decides nothing
         native_fmt = gw_format_of(config, "native")
         speed, why = _gate(
             spec, kind, x, wshape[0], w.requires_grad, native_fmt, w.dtype, x_readers, forward
         )
-        if why and x.device.type == "cuda":
+        if why and _gate_decides(x):
+            if speed is not None and forward != "bf16" and speed.fp8_forward:
+                # HOT's backward does not pay here, the FP8 forward alone does: keep it, with
+                # autograd's exact backward (HotLinearFunction with every transform off)
+                return LayerPlan(
+                    name, kind, wshape, "fp8_forward",
+                    f"{FP8_FORWARD_REASON}; {why.removeprefix('speed: ')}",
+                    dataclasses.replace(spec, exact=True), rule, x.requires_grad, None, speed,
+                    op=call.op, region=region, recipe=recipe,
+                )  # fmt: skip
             return skip(why, speed)
         if speed is not None and forward != "bf16" and not speed.fp8_forward:
             times = f"FP8 {speed.fwd_fp8_us:.0f} µs vs bf16 {speed.fwd_bf16_us:.0f} µs"
-            if x.device.type == "cuda":
+            if _gate_decides(x):
                 forward_reason = f"forward: {times} measured: bf16 forward"
                 spec = dataclasses.replace(spec, forward="bf16")
             else:  # meta tensors: the model only says what a GPU's gate would likely do
@@ -864,6 +879,19 @@ def _plan_call(
         name, kind, wshape, path, reason, spec, rule, x.requires_grad, hla_plan, speed,
         op=call.op, region=region, recipe=recipe, forward_reason=forward_reason,
     )  # fmt: skip
+
+
+def _gate_runs(x: torch.Tensor) -> bool:
+    """Whether ``prefer="speed"``'s gate times the layer: on CUDA (measured) and on meta
+    tensors (its roofline model, for ``hotcompile report``); the CPU runs every eligible
+    layer on HOT, as the tests and the CPU demos want."""
+    return x.device.type in ("cuda", "meta")
+
+
+def _gate_decides(x: torch.Tensor) -> bool:
+    """Whether the speed gate's verdict decides the plan: on CUDA, where it measured. On meta
+    tensors (``hotcompile report``) its roofline model only says what to expect."""
+    return x.device.type == "cuda"
 
 
 def _ends_the_model(node: torch.fx.Node, limit: int = 256) -> bool:

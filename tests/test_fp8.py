@@ -9,6 +9,9 @@ runs and why a layer keeps bf16.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -222,3 +225,89 @@ def test_a_graph_that_ends_inside_the_model_keeps_its_last_layer_fp8():
     rows = {p.name: p for p in be.layers}
     assert rows["vit.head"].forward == "bf16" and "head" in rows["vit.head"].forward_reason
     assert rows["vit.blocks.1.fc2"].forward == "fp8 rowwise"
+
+
+def _gate_says(monkeypatch, hot_us: float, fwd_fp8_us: float):
+    """Make the speed gate run and decide on the CPU with fixed times: the exact backward
+    200 µs against HOT's ``hot_us``, the bf16 forward 100 µs against FP8's ``fwd_fp8_us``
+    (on a GPU :func:`hotcompile.lowering.gate.decide` measures them)."""
+    from hotcompile.lowering.gate import Speed
+
+    rewrite = importlib.import_module("hotcompile.passes.rewrite")  # (the package's
+    # ``rewrite`` attribute is the function of that name)
+
+    def gate(spec, kind, x, out_features, need_gw, fmt, w_dtype, x_readers, forward):
+        speed = Speed(200.0, hot_us, "measured", 1, 100.0, fwd_fp8_us if forward != "bf16" else 0)
+        return speed, "" if speed.hot else f"speed: {speed.describe()}"
+
+    monkeypatch.setattr(rewrite, "_gate", gate)
+    monkeypatch.setattr(rewrite, "_gate_runs", lambda x: True)
+    monkeypatch.setattr(rewrite, "_gate_decides", lambda x: True)
+
+
+def _block_step(**options):
+    from hotcompile.demo import Block
+
+    hotcompile.clear_plans()
+    torch.manual_seed(0)
+    block = Block(64, 4, 128)
+    x = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    be = HotBackend(compiler="aot_eager", **options)
+    y = torch.compile(block, backend=be)(x)
+    gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(2))
+    y.backward(gy)
+    grads = {"x": x.grad, **{n: p.grad for n, p in block.named_parameters()}}
+    return y.detach(), grads, {p.name: p for p in be.layers}
+
+
+def test_gate_keeps_the_fp8_forward_where_only_it_pays(monkeypatch):
+    """The speed gate's third choice: HOT's backward loses (300 against 200 µs) but the FP8
+    forward wins (60 against 100 µs). The layer runs the FP8 forward on autograd's exact
+    backward (path ``fp8_forward``), not bf16 throughout: its gradients are the exact
+    backward's of the FP8 forward's activations — the same as with HOT off and the same
+    forward, bit for bit."""
+    _gate_says(monkeypatch, hot_us=300.0, fwd_fp8_us=60.0)
+    y, grads, rows = _block_step(forward="fp8")
+    for name in ("qkv", "proj", "fc1", "fc2"):
+        row = rows[name]
+        assert row.path == "fp8_forward" and row.forward == "fp8 rowwise", row
+        assert row.spec.exact and row.reason.startswith("FP8 forward, exact backward")
+        assert "exact backward, FP8 forward" in row.reason
+    table = str(hotcompile.plans())
+    assert "fp8_forward" in table and "autograd's exact backward" in table
+    # the same plan without the gate: every layer exact=True with the FP8 forward by hand
+    monkeypatch.undo()
+    y_bf16, grads_bf16, _ = _block_step(prefer="paper", exact=True)
+    assert 1e-3 < rel(y, y_bf16) < 0.06  # the forward did run in FP8
+    from hotcompile import autograd
+
+    ref_spec = {}
+    real = autograd.hot_linear
+
+    def fp8_exact(x, weight, bias, spec):
+        ref_spec[spec.name] = spec
+        return real(x, weight, bias, dataclasses.replace(spec, forward="fp8_rowwise"))
+
+    monkeypatch.setattr(autograd, "hot_linear", fp8_exact)
+    monkeypatch.setattr(
+        importlib.import_module("hotcompile.passes.rewrite"), "hot_linear", fp8_exact
+    )
+    y_ref, grads_ref, _ = _block_step(prefer="paper", exact=True)
+    assert set(ref_spec) == {"qkv", "proj", "fc1", "fc2"}
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=0)
+    for n in grads:
+        torch.testing.assert_close(grads[n], grads_ref[n], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("hot_us", "fwd_fp8_us", "path", "forward"),
+    [
+        (150.0, 60.0, "hot", "fp8 rowwise"),  # both pay: HOT with the FP8 forward
+        (150.0, 99.0, "hot", "bf16"),  # HOT pays, FP8 not by 3%: HOT, bf16 forward
+        (300.0, 99.0, "skipped", "bf16"),  # neither: autograd's bf16 layer
+    ],
+)
+def test_gate_choices_with_the_fp8_forward(monkeypatch, hot_us, fwd_fp8_us, path, forward):
+    _gate_says(monkeypatch, hot_us=hot_us, fwd_fp8_us=fwd_fp8_us)
+    _, _, rows = _block_step(forward="fp8")
+    assert (rows["fc1"].path, rows["fc1"].forward) == (path, forward)

@@ -116,3 +116,10 @@ def test_the_graph_sees_the_package() -> None:
 
 def test_no_import_circle() -> None:
     assert cycles(import_graph(modules())) == []
+
+
+def test_diffdata_knows_every_rewritten_path():
+    from hotcompile.diffdata import REWRITTEN
+    from hotcompile.passes.rewrite import REWRITTEN_PATHS
+
+    assert set(REWRITTEN) == REWRITTEN_PATHS

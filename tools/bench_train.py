@@ -84,6 +84,7 @@ import hotcompile
 from hotcompile import compat
 from hotcompile.config import HotConfig
 from hotcompile.memory import saved_tensors
+from hotcompile.passes.rewrite import HOT_PATHS
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_models  # noqa: E402  (tools/bench_models.py: the models)
@@ -780,13 +781,17 @@ def run_variant(
     if is_hot(variant):
         result["hot_options"] = hot_options(variant, compiler, extra)
         layers = {(p.name, p.path) for p in plans}
-        result["hot_layers"] = sorted({n for n, path in layers if path != "skipped"})
+        # HOT's backward; fp8_forward layers (an FP8 forward on autograd's exact backward)
+        # are counted among fp8_forward_layers only
+        result["hot_layers"] = sorted({n for n, path in layers if path in HOT_PATHS})
         result["skipped_layers"] = sorted({n for n, path in layers if path == "skipped"})
         #: why each kept autograd's backward (the speed gate's measured times, a shape, ...)
         result["skip_reasons"] = {p.name: p.reason for p in plans if p.path == "skipped"}
         #: forward="fp8": the layers whose forward GEMM ran in FP8, and why others kept bf16
         result["fp8_forward_layers"] = sorted({p.name for p in plans if p.forward != "bf16"})
         result["forward_reasons"] = {p.name: p.forward_reason for p in plans if p.forward_reason}
+        #: the gate's FP8-forward-only layers: HOT's backward did not pay, the FP8 forward did
+        result["fp8_forward_only"] = sorted({p.name for p in plans if p.path == "fp8_forward"})
         result["graphs_compiled"] = len({id(r) for r in hotcompile.backend.RECORDS})
         dispatch = sys.modules.get("hotcompile.kernels.dispatch")
         if dispatch is not None:  # which CUDA implementation each layer's stages ran
@@ -1176,6 +1181,10 @@ def markdown(res: dict[str, Any]) -> str:
                 )
                 if v.get("fp8_forward_layers"):
                     notes.append(f"{len(v['fp8_forward_layers'])} with an FP8 forward")
+                if v.get("fp8_forward_only"):
+                    notes.append(
+                        f"{len(v['fp8_forward_only'])} of them on the exact backward (the gate)"
+                    )
             if "float8" in v:
                 f8 = v["float8"]
                 notes.append(

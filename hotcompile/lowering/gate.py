@@ -92,6 +92,8 @@ class Speed:
         verdict = "HOT" if self.hot else "exact bf16"
         if self.hot and self.fwd_fp8_us:
             verdict += f", {'FP8' if self.fp8_forward else 'bf16'} forward"
+        elif self.fp8_forward:  # the plan's fp8_forward path: the FP8 forward pays alone
+            verdict = "exact backward, FP8 forward"
         share = f" (x's ABC shared by {self.shared} layers)" if self.shared > 1 else ""
         fwd = ""
         if self.fwd_fp8_us:
