@@ -14,8 +14,9 @@
 #          FP8TEST=1 the FP8 tests first. Session 24: runs 39-41 (about 290 s per 5 variants
 #          of one Llama; ViT-L similar).
 # lean:    the memory and scaling candidates of tools/results/fp8_forward_h100.md on the
-#          Llama: hot_fp8, hot_fp8_tensorwise, hot_fp8_swiglu, hot_fp8_tensorwise_swiglu
-#          against inductor and torchao tensorwise (MODELS=llama8b for the other Llama).
+#          Llama: hot_fp8, hot_fp8_tensorwise, hot_fp8_swiglu, hot_fp8_recompute against
+#          inductor and torchao tensorwise (MODELS=llama8b for the other Llama; VARIANTS=...
+#          e.g. with hot_fp8_tensorwise_swiglu once the two halves are known).
 # vitl:    ViT-L/16: inductor / hot_fp8 (the gate's fp8_forward path, new after run 41) /
 #          torchao tensorwise.
 # profile: the Llama's hot_fp8 and torchao tensorwise with --profile 3: which kernels differ.
@@ -51,7 +52,7 @@ if [ "$part" = tests ]; then
 elif [ "$part" = llamas ]; then
   bench ${MODELS:-llama,llama8b} ${VARIANTS:-$V} 580
 elif [ "$part" = lean ]; then
-  bench ${MODELS:-llama} inductor,hot_fp8,hot_fp8_tensorwise,hot_fp8_swiglu,hot_fp8_tensorwise_swiglu,torchao_float8 ${DEADLINE:-580}
+  bench ${MODELS:-llama} ${VARIANTS:-inductor,hot_fp8,hot_fp8_tensorwise,hot_fp8_swiglu,hot_fp8_recompute,torchao_float8} ${DEADLINE:-580}
 elif [ "$part" = vitl ]; then
   bench vit_l16 inductor,hot_fp8,torchao_float8 ${DEADLINE:-580}
 elif [ "$part" = profile ]; then

@@ -194,6 +194,9 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
         "forward_scaling": "tensorwise",
         "abc_swiglu": "fp8",
     },
+    # the other way to drop down's codes: re-derive them in the backward from the gate and up
+    # outputs the SwiGLU's backward reads anyway (torchao's partition does this for its casts)
+    "hot_fp8_recompute": {"forward": "fp8", "abc_recompute": "unary"},
     "torchao_float8_rowwise": None,
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
     "inductor_cpp": None,
@@ -312,6 +315,9 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_fp8_swiglu": 'as hot_fp8, with abc_swiglu="fp8" (a gated MLP saves its gate and up '
     "outputs as FP8 codes with a scale per token, read back by the SwiGLU's backward)",
     "hot_fp8_tensorwise_swiglu": 'as hot_fp8_swiglu, with forward_scaling="tensorwise"',
+    "hot_fp8_recompute": 'as hot_fp8, with abc_recompute="unary" (ABC\'s codes of a layer whose '
+    "input the backward can re-derive from tensors it reads anyway, such as the down "
+    "projection's from gate and up, are recomputed there instead of saved)",
     "torchao_float8_rowwise": "as torchao_float8 with torchao's rowwise recipe "
     '(`Float8LinearConfig.from_recipe_name("rowwise")`)',
     "inductor_cpp": '`torch.compile(model, options={"cpp_wrapper": True})`: inductor\'s '
