@@ -896,11 +896,15 @@ def _gate_decides(x: torch.Tensor) -> bool:
 
 def _ends_the_model(node: torch.fx.Node, limit: int = 256) -> bool:
     """Whether the graph's last weight call is the model's head: nothing after it mixes its
-    output with another floating-point activation. A head's logits reach the graph's outputs
-    or the loss through views, casts and reductions, meeting only integer targets; the last
-    layer of a graph that ends inside the model (an FSDP2 block, a DDPOptimizer piece, a graph
-    break) meets the residual stream (``h + down(...)``) or rotary tables first. Past
-    ``limit`` nodes it is taken for a head (a bf16 forward: the safe side)."""
+    output with another floating-point activation, and the graph hands on no activation of
+    its own beside what the head made. A head's logits reach the graph's outputs or the loss
+    through views, casts and reductions, meeting only integer targets; the last layer of a
+    graph that ends inside the model meets the residual stream (``h + down(...)``: an FSDP2
+    block) or rotary tables first, or, where the graph is cut right after it (a DDPOptimizer
+    piece ending at q_proj, a graph break), the graph also returns the residual stream for
+    the next piece. Past ``limit`` nodes it is taken for a head (a bf16 forward: the safe
+    side). A model that returns a hidden state beside its logits (a value head) gives its LM
+    head the FP8 forward: ``exclude`` keeps such a layer off HOT."""
     seen, todo = {node}, [node]
     while todo:
         n = todo.pop()
@@ -910,14 +914,24 @@ def _ends_the_model(node: torch.fx.Node, limit: int = 256) -> bool:
             for a in user.all_input_nodes:
                 if a in seen or a.op in ("placeholder", "get_attr"):
                     continue
-                val = _meta(a)
-                if isinstance(val, torch.Tensor) and val.is_floating_point() and val.dim() > 0:
+                if _activation(a):
                     return False  # another activation joins: the model goes on
             seen.add(user)
             if len(seen) > limit:
                 return True
             todo.append(user)
-    return True
+    out = next((n for n in reversed(node.graph.nodes) if n.op == "output"), None)
+    handed_on = out.all_input_nodes if out is not None else []
+    return not any(
+        a not in seen and a.op not in ("placeholder", "get_attr") and _activation(a)
+        for a in handed_on
+    )
+
+
+def _activation(n: torch.fx.Node) -> bool:
+    """A floating-point tensor with at least one dim (not a scalar loss or a count)."""
+    val = _meta(n)
+    return isinstance(val, torch.Tensor) and val.is_floating_point() and val.dim() > 0
 
 
 #: why the model's head keeps a bf16 forward under ``forward="fp8"``

@@ -164,7 +164,10 @@ def _short(name: str) -> str:
 
 def _plan(plans) -> list[list]:
     return sorted(
-        {(_short(p.name), p.path, bool(p.spec.hla_signs) if p.spec else None) for p in plans}
+        {
+            (_short(p.name), p.path, bool(p.spec.hla_signs) if p.spec else None, p.forward)
+            for p in plans
+        }
     )
 
 
@@ -188,7 +191,8 @@ def _rel(a: dict, b: dict) -> float:
 
 
 def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
-    """One case on this rank: ``kind-wrapper[-ckpt][-bf16]``."""
+    """One case on this rank: ``kind-wrapper[-ckpt][-bf16][-fp8]`` (``fp8``: the FP8
+    forward, ``forward="fp8"``)."""
     import torch
     import torch.distributed as dist
 
@@ -197,10 +201,11 @@ def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
 
     kind, wrapper, *flags = case.split("-")
     ckpt, bf16 = "ckpt" in flags, "bf16" in flags
+    options = {**OPTIONS, "forward": "fp8"} if "fp8" in flags else OPTIONS
     # the root frame that loops over FSDP2 blocks runs eagerly: its patch embedding and head
     # keep autograd's backward, so the references compile the blocks alone, as FSDP2 does
     blocks_only = kind == "imageloop" and wrapper == "fsdp2"
-    compile_kw: dict[str, Any] = dict(backend="hot", options=OPTIONS, dynamic=False)
+    compile_kw: dict[str, Any] = dict(backend="hot", options=options, dynamic=False)
     base = build(kind, ckpt)
     names = [n for n, _ in base.named_parameters()]
     x, y = batch(kind, 2 * world)
@@ -397,7 +402,13 @@ def check(res: dict[str, Any]) -> None:
         assert lost == ["head", "patch"], lost
         assert [f for f, layers in res["eager"] if layers] == ["FSDPViT.forward"], res["eager"]
     text = case.startswith("text")
-    assert all(path == "hot" and signs is text for _, path, signs in res["plan"]), res["plan"]
+    assert all(path == "hot" and signs is text for _, path, signs, _ in res["plan"]), res["plan"]
+    # the FP8 forward on every layer but the model's head, whatever graph piece holds it (a DDP
+    # piece or an FSDP2 block ends in the residual stream: its last layer keeps FP8)
+    forwards = {name: fwd for name, *_, fwd in res["plan"]}
+    want = {n: "bf16" if "fp8" not in case or n in ("lm_head", "head") else "fp8 rowwise"
+            for n in forwards}  # fmt: skip
+    assert forwards == want, (case, forwards)
     # graphs without layers (HF's mask, the rotary table) may say image: the plan is what counts
     fams = res["families"]
     assert fams and any(f["family"] == "text" for f in fams) is text, fams
@@ -518,6 +529,14 @@ def test_distributed_more(tmp_path: pathlib.Path) -> None:
     """Checkpointing on/off for DDP and FSDP2, the image model under each wrapper, and FSDP2 on
     the image model whose root loops over its blocks (root layers eager, named by a warning)."""
     _run(SLOW, tmp_path)
+
+
+@pytest.mark.slow
+def test_fp8_forward_under_ddp_and_fsdp2(tmp_path: pathlib.Path) -> None:
+    """``forward="fp8"`` composes with DDP (DDPOptimizer's pieces) and FSDP2 (per-block
+    graphs): each rank's gradients are the single-process ones of its half batch, the plan
+    (the FP8 forward on every layer but the LM head) is the single-process plan."""
+    _run(["text-ddpc-fp8", "text-fsdp2-fp8"], tmp_path)
 
 
 @pytest.mark.slow
