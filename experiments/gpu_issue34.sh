@@ -14,7 +14,8 @@
 #          FP8TEST=1 the FP8 tests first. Session 24: runs 39-41 (about 290 s per 5 variants
 #          of one Llama; ViT-L similar).
 # lean:    the memory and scaling candidates of tools/results/fp8_forward_h100.md on the
-#          Llama: hot_fp8, hot_fp8_tensorwise, hot_fp8_swiglu, hot_fp8_recompute against
+#          Llama: hot_fp8, hot_fp8_tensorwise, hot_fp8_swiglu, hot_fp8_recompute,
+#          hot_fp8_lean (both, down's codes derived from the SwiGLU's) against
 #          inductor and torchao tensorwise (MODELS=llama8b for the other Llama; VARIANTS=...
 #          e.g. with hot_fp8_tensorwise_swiglu once the two halves are known).
 # vitl:    ViT-L/16: inductor / hot_fp8 (the gate's fp8_forward path, new after run 41) /
@@ -52,7 +53,7 @@ if [ "$part" = tests ]; then
 elif [ "$part" = llamas ]; then
   bench ${MODELS:-llama,llama8b} ${VARIANTS:-$V} 580
 elif [ "$part" = lean ]; then
-  bench ${MODELS:-llama} ${VARIANTS:-inductor,hot_fp8,hot_fp8_tensorwise,hot_fp8_swiglu,hot_fp8_recompute,torchao_float8} ${DEADLINE:-580}
+  bench ${MODELS:-llama} ${VARIANTS:-inductor,hot_fp8,hot_fp8_tensorwise,hot_fp8_swiglu,hot_fp8_recompute,hot_fp8_lean,torchao_float8} ${DEADLINE:-580}
 elif [ "$part" = vitl ]; then
   bench vit_l16 inductor,hot_fp8,torchao_float8 ${DEADLINE:-580}
 elif [ "$part" = profile ]; then

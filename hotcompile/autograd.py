@@ -531,7 +531,14 @@ class HotLinearFunction(torch.autograd.Function):
                 x3, ctx.grid_w, ctx.rows = _linear_geometry(spec, x)
                 ctx.x3_ns = x3.shape[:2]
                 if spec.lowering == "native":
-                    saved.extend(_native_compress_once(spec, x, x3, ctx.grid_w, ctx.rows, weight))
+                    shared = _swiglu_product_from_codes(x) if spec.gw_bits is not None else None
+                    if shared is not None:  # ABC of the SwiGLU product from its saved codes
+                        x3s = _linear_geometry(spec, shared)[0]
+                        saved.extend(_native_compress(spec, x3s, ctx.grid_w, ctx.rows, weight))
+                    else:
+                        saved.extend(
+                            _native_compress_once(spec, x, x3, ctx.grid_w, ctx.rows, weight)
+                        )
                 else:
                     saved.extend(_compress(spec, x3, ctx.grid_w, ctx.rows, weight))
         ctx.save_for_backward(*saved)
@@ -594,7 +601,8 @@ class HotSwiGLUFunction(torch.autograd.Function):
     bytes, the largest tensors a Llama block saves) and the backward reads those instead."""
 
     @staticmethod
-    def forward(ctx, a, b, spec: LayerSpec, in_features: int, codes: bool = False):
+    def forward(ctx, a, b, spec: LayerSpec, in_features: int, codes: bool = False,
+                share: bool = False):  # fmt: skip
         ctx.spec, ctx.in_features, ctx.codes = spec, in_features, codes
         if codes:
             with _saved_codes():
@@ -602,7 +610,10 @@ class HotSwiGLUFunction(torch.autograd.Function):
             ctx.save_for_backward(*saved)
         else:
             ctx.save_for_backward(a, b)
-        return F.silu(a) * b
+        y = F.silu(a) * b
+        if codes and share:
+            _share_swiglu_codes(y, saved)
+        return y
 
     @staticmethod
     def backward(ctx, g):
@@ -628,18 +639,61 @@ class HotSwiGLUFunction(torch.autograd.Function):
                         gy2, spec.gx_bits, spec.per_token, spec.gx_rounding, fp8, pad, True
                     )
                 _traced_put(_TRACED_GY, gy, _gy_key(spec, ctx.in_features, gy), q)
-        return ga, gb, None, None, None
+        return ga, gb, None, None, None, None
 
 
 def hot_swiglu(
-    a, b, spec: LayerSpec | None = None, in_features: int = 0, codes: bool = False
+    a, b, spec: LayerSpec | None = None, in_features: int = 0, codes: bool = False,
+    share: bool = False,
 ):  # fmt: skip
     """``F.silu(a) * b`` whose backward makes HQ's operands of g_a and g_b for the HOT layers
     that produced ``a`` and ``b`` (:class:`HotSwiGLUFunction`); ``spec``: theirs; ``codes``:
-    save ``a`` and ``b`` as FP8 codes (``HotConfig.abc_swiglu``)."""
+    save ``a`` and ``b`` as FP8 codes (``HotConfig.abc_swiglu``); ``share``: the HOT layer
+    that reads the product derives its ABC codes from those codes
+    (:func:`_share_swiglu_codes`)."""
     if spec is None or not _wants_grad(a, b):
         return F.silu(a) * b
-    return HotSwiGLUFunction.apply(a, b, spec, in_features, codes)
+    return HotSwiGLUFunction.apply(a, b, spec, in_features, codes, share)
+
+
+#: a SwiGLU's saved FP8 codes of its gate and up outputs, by ``id`` of its product, while a
+#: graph is traced: see :func:`_share_swiglu_codes`
+_TRACED_SWIGLU: dict[int, tuple[weakref.ref, tuple, tuple]] = {}
+
+
+def _share_swiglu_codes(y: torch.Tensor, saved: tuple) -> None:
+    """Offer the down projection (the HOT layer that reads ``y = silu(a) * b``) the SwiGLU's
+    saved codes ``(ca, sa, cb, sb)`` of ``a`` and ``b``, from which it derives ABC's codes of
+    ``y`` (:func:`_swiglu_product_from_codes`) instead of from ``y`` itself.
+
+    Why: under ``abc_swiglu="fp8"`` the backward keeps only the codes of ``a`` and ``b``, so
+    down's ABC codes of ``y`` — the other 0.5 GiB of the Llama's MLP — could not be
+    re-derived there and were saved (H100 run 39). Derived from the saved codes, the
+    partitioner recomputes them in the backward where ``abc_recompute`` is ``"unary"``
+    (:mod:`hotcompile.passes.abc_recompute` starts its walk at codes saved in place of their
+    input). The rewrite asks for this only then (``share``): elsewhere the derivation would be
+    a pass of its own in the forward for nothing. Traced only (fake tensors)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if is_fake(y):
+        _traced_put(_TRACED_SWIGLU, y, (y._version,), tuple(saved))
+
+
+def _swiglu_product_from_codes(x: torch.Tensor) -> torch.Tensor | None:
+    """``silu(a') * b'`` in x's dtype and shape from the codes a SwiGLU shared for ``x``
+    (:func:`_share_swiglu_codes`; ``a'``, ``b'``: the dequantized codes), else None."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if not _TRACED_SWIGLU or not is_fake(x):
+        return None
+    codes = _traced_get(_TRACED_SWIGLU, x, (x._version,))
+    if codes is None:
+        return None
+
+    ca, sa, cb, sb = codes
+    a = torch.ops.hotcompile.dequantize_rows(ca, sa)
+    b = torch.ops.hotcompile.dequantize_rows(cb, sb)
+    return (F.silu(a) * b).to(x.dtype).reshape(x.shape)
 
 
 def _pair(v) -> tuple[int, int]:

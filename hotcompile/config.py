@@ -229,8 +229,12 @@ class HotConfig:
             (on CUDA the kernel that also writes HQ's codes) reads the codes and their scales.
             ABC's idea taken past the paper, whose ABC compresses linear layers' inputs only:
             the SwiGLU backward's g_gate and g_up then carry e4m3's rounding of a and b (at
-            most 2^-4 relative) before HQ quantizes them. ``"auto"`` (default): ``"fp8"``
-            under ``prefer="memory"``, ``"off"`` otherwise.
+            most 2^-4 relative) before HQ quantizes them. With ``abc_recompute="unary"`` on
+            the native path (``prefer="memory"``'s) the down projection's ABC codes are then
+            derived from those codes too and recomputed in the backward, so the forward
+            saves them no more (the Llama's other 0.5 GiB; down's g_w reads codes of the
+            product of the dequantized gate and up). ``"auto"`` (default): ``"fp8"`` under
+            ``prefer="memory"``, ``"off"`` otherwise.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
         exact: turn every transform and quantizer off; the backward then equals autograd's.

@@ -81,17 +81,26 @@ def _pointwise(node: fx.Node) -> bool:
 MAX_REGION = 32
 
 
-def _region(x: fx.Node, elementwise: bool) -> tuple[list[fx.Node], list[fx.Node]] | None:
+def _region(
+    x: fx.Node, elementwise: bool, stop: set[fx.Node] = frozenset()
+) -> tuple[list[fx.Node], list[fx.Node]] | None:
     """``(nodes, leaves)``: the nodes x is computed by from view/copy ops (and, with
-    ``elementwise``, elementwise ops), walking up from x, and the tensors they start from.
-    None when the region grows past ``MAX_REGION`` nodes."""
+    ``elementwise``, elementwise ops and the dequantization of saved codes), walking up from
+    x, and the tensors they start from; a node of ``stop`` (codes saved in place of their
+    input) is where a walk starts, never walked through. None when the region grows past
+    ``MAX_REGION`` nodes."""
     nodes: list[fx.Node] = []
     leaves: list[fx.Node] = []
     stack, seen = [x], {x}
     while stack:
         n = stack.pop()
-        walk = n.op == "call_function" and (
-            n.target in _VIEW_OR_COPY or (elementwise and _pointwise(n))
+        walk = (
+            n not in stop
+            and n.op == "call_function"
+            and (
+                n.target in _VIEW_OR_COPY
+                or (elementwise and (_pointwise(n) or n.target is _dequantize_rows()))
+            )
         )
         if not walk:
             leaves.append(n)
@@ -105,6 +114,15 @@ def _region(x: fx.Node, elementwise: bool) -> tuple[list[fx.Node], list[fx.Node]
                 seen.add(a)
                 stack.append(a)
     return nodes, leaves
+
+
+def _dequantize_rows():
+    """``hotcompile.dequantize_rows``: elementwise, an op only to keep the partitioner from
+    fusing it (``hotcompile.ops.dequantize_rows``): a recompute may walk through it to the
+    codes it reads (a SwiGLU product derived from its saved codes)."""
+    import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
+
+    return torch.ops.hotcompile.dequantize_rows.default
 
 
 def _forward_nodes(graph: fx.Graph, bw: set[fx.Node]) -> set[fx.Node]:
@@ -172,7 +190,7 @@ def tag_abc_recompute(graph: fx.Graph, mode: str | tuple[str, str] = "unary") ->
         mode_here = modes[1] if native else modes[0]
         if mode_here == "off" or any(n in bw for n in members):
             continue
-        region = _region(x, elementwise=mode_here == "unary")
+        region = _region(x, elementwise=mode_here == "unary", stop=codes)
         if region is None:
             continue
         inside, leaves = region

@@ -636,7 +636,8 @@ def rewrite(
     if config.swiglu_hq:
         by_name = {p.name: i for i, p in enumerate(plans)}  # unique: _name numbers repeats
         for m in touched:
-            for gate, up in _fuse_swiglu(m, config.abc_swiglu_codes):
+            share = config.abc_swiglu_codes and config.abc_recompute_modes[1] == "unary"
+            for gate, up in _fuse_swiglu(m, config.abc_swiglu_codes, share):
                 what = f"SwiGLU backward ({gate} * {up})"
                 if config.abc_swiglu_codes:
                     what += ", which saves both outputs as FP8 codes (abc_swiglu)"
@@ -669,13 +670,17 @@ def _hq_linear_spec(node: Any) -> LayerSpec | None:
     return spec if ok else None
 
 
-def _fuse_swiglu(gm: torch.fx.GraphModule, codes: bool = False) -> list[tuple[str, str]]:
+def _fuse_swiglu(
+    gm: torch.fx.GraphModule, codes: bool = False, share: bool = False
+) -> list[tuple[str, str]]:
     """``HotConfig.swiglu_hq``: each ``silu(gate(x)) * up(x)`` whose gate and up are HOT
     linear calls on one x with the same HQ settings becomes ``hot_swiglu(gate(x), up(x))``
     (:class:`hotcompile.autograd.HotSwiGLUFunction`), whose backward makes HQ's operands of
     both gradients; ``codes``: it saves gate's and up's outputs as FP8 codes
-    (``HotConfig.abc_swiglu``). Returns the fused pairs' layer names ``(gate, up)`` (also
-    logged)."""
+    (``HotConfig.abc_swiglu``); ``share``: the HOT layer reading the product derives its ABC
+    codes from those codes (``hotcompile.autograd._share_swiglu_codes``: with
+    ``abc_recompute="unary"``, recomputed in the backward). Returns the fused pairs' layer
+    names ``(gate, up)`` (also logged)."""
     fused = []
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in (operator.mul, torch.mul):
@@ -696,8 +701,8 @@ def _fuse_swiglu(gm: torch.fx.GraphModule, codes: bool = False) -> list[tuple[st
                 continue
             spec, in_features = sg, _hint(x.shape[-1])
 
-            def call(a, b, spec=spec, in_features=in_features, codes=codes):
-                return hot_swiglu(a, b, spec, in_features, codes)
+            def call(a, b, spec=spec, in_features=in_features, codes=codes, share=share):
+                return hot_swiglu(a, b, spec, in_features, codes, share)
 
             call.__name__ = call.__qualname__ = hot_swiglu.__name__
             node.target, node.args = call, (gate, up)

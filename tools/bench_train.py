@@ -197,6 +197,10 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # the other way to drop down's codes: re-derive them in the backward from the gate and up
     # outputs the SwiGLU's backward reads anyway (torchao's partition does this for its casts)
     "hot_fp8_recompute": {"forward": "fp8", "abc_recompute": "unary"},
+    # both: the SwiGLU's inputs as FP8 codes, and down's ABC codes derived from them and
+    # recomputed in the backward (prefer="memory"'s ABC choices without its weight codes in
+    # the backward or its every-layer plan)
+    "hot_fp8_lean": {"forward": "fp8", "abc_swiglu": "fp8", "abc_recompute": "unary"},
     "torchao_float8_rowwise": None,
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
     "inductor_cpp": None,
@@ -315,6 +319,8 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_fp8_swiglu": 'as hot_fp8, with abc_swiglu="fp8" (a gated MLP saves its gate and up '
     "outputs as FP8 codes with a scale per token, read back by the SwiGLU's backward)",
     "hot_fp8_tensorwise_swiglu": 'as hot_fp8_swiglu, with forward_scaling="tensorwise"',
+    "hot_fp8_lean": 'as hot_fp8, with abc_swiglu="fp8" and abc_recompute="unary" (gate and '
+    "up saved as FP8 codes, down's ABC codes derived from them in the backward)",
     "hot_fp8_recompute": 'as hot_fp8, with abc_recompute="unary" (ABC\'s codes of a layer whose '
     "input the backward can re-derive from tensors it reads anyway, such as the down "
     "projection's from gate and up, are recomputed there instead of saved)",
