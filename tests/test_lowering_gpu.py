@@ -328,6 +328,29 @@ def test_abc_swiglu_saves_the_codes_and_its_kernel_reads_them() -> None:
         assert rel(codes[k], plain[k]) < 0.1, (k, rel(codes[k], plain[k]))
 
 
+def test_downs_codes_from_the_swiglu_codes_are_recomputed_on_cuda() -> None:
+    """``abc_swiglu="fp8"`` with ``abc_recompute="unary"`` (``prefer="memory"``'s pair): the
+    down projection's ABC codes are derived from the SwiGLU's saved codes and recomputed in
+    the backward (Triton quantizers the partitioner must be told to recompute): the forward
+    saves gate's and up's codes only, not down's; gate's and up's gradients do not change,
+    down's weight gradient stays within FP8's rounding of the product (the CPU's twin:
+    tests/test_abc_swiglu.py)."""
+    from conftest import rel
+    from test_lowering import SwiGLU, mlp_step, saved_by_forward
+
+    base = {"lowering": "native", "prefer": "paper", "recipe": "text", "abc_swiglu": "fp8"}
+    codes = ((80, 64), torch.float8_e4m3fn)
+    off = saved_by_forward({**base, "abc_recompute": "off"}, True, "cuda", SwiGLU)
+    unary = saved_by_forward({**base, "abc_recompute": "unary"}, True, "cuda", SwiGLU)
+    assert off.count(codes) == 3 and unary.count(codes) == 2, (off, unary)
+    assert ((80, 64), torch.bfloat16) not in unary, unary
+    g_off, _ = mlp_step({**base, "abc_recompute": "off"}, "cuda", SwiGLU)
+    g_unary, _ = mlp_step({**base, "abc_recompute": "unary"}, "cuda", SwiGLU)
+    for k in ("gate.weight", "up.weight", "x"):
+        assert rel(g_unary[k], g_off[k]) < 1e-3, (k, rel(g_unary[k], g_off[k]))
+    assert rel(g_unary["down.weight"], g_off["down.weight"]) < 0.1
+
+
 def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> None:
     """``weight_codes="backward"`` (``prefer="memory"``'s): the forward saves
     no weight codes and no bf16 copy of a weight (the backward reads the fp32 parameter, alive
