@@ -113,6 +113,10 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # per token, g_w by n/r = 2 (experiments/hla_estimators_lm.py: the low-pass's bias is what
     # breaks the LM). The vision recipe does this only downstream of a token embedding.
     "hot_hla_signs": {"recipe": "vision", "hla_signs": True},
+    # issue 34: the defaults with the forward's GEMMs in FP8-e4m3 too (rowwise scales;
+    # torch._scaled_mm's CPU kernel: the same e4m3 numerics as on a GPU, the model's head kept
+    # in bf16/FP32)
+    "hot_fp8": {"forward": "fp8"},
 }
 
 
@@ -929,7 +933,10 @@ def markdown(rows: Sequence[dict[str, Any]], targets: Sequence[dict], env: dict)
     for r in rows:
         d = r.get("delta_vs_ref")
         unit = " pt" if r["metric"] == "accuracy" else "%"
-        dtxt = "ref" if r["variant"] == REFERENCE[r["task"]] else f"{d:+.2f}{unit}"
+        if r["variant"] == REFERENCE[r["task"]]:
+            dtxt = "ref"
+        else:  # "–": the reference variant was not run
+            dtxt = f"{d:+.2f}{unit}" if d is not None else "– (no reference run)"
         lines.append(
             f"| {r['task']} | {r['variant']} | {r['metric']} | {_fmt(r)} | {dtxt} | "
             f"{_fmt_values(r)} |"
@@ -996,7 +1003,7 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     # (the tool's prefer="paper" overridden), the plan it chose is recorded
     "hot_default": {"prefer": "speed"},
     # issue 34: the forward's GEMMs in FP8 as well (every layer but the head, prefer="paper")
-    "hot_fp8": {"forward": "fp8"},
+    "hot_fp8": VARIANTS["hot_fp8"],
     # ablations (not in the default run): which part of HOT costs the LM at this scale. All
     # pin recipe="vision" (they ran when it was the default); those with HLA pin
     # hla_signs=False: they ran when the low-pass was the default.
