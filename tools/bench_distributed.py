@@ -60,7 +60,7 @@ import torch.nn as nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_models  # noqa: E402  (the models bench_train trains)
-from bench_train import HOT_PATHS, VariantSkipped, WithLoss, convert_float8  # noqa: E402
+from bench_train import VariantSkipped, WithLoss, convert_float8, plan_record  # noqa: E402
 from gpu_tests import _commit  # noqa: E402
 
 VARIANTS = ("inductor", "hot", "hot_fp8", "torchao_float8")
@@ -204,13 +204,14 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
         import hotcompile
 
         plans = hotcompile.plans()
-        rec["hot_layers"] = sum(p.path in HOT_PATHS for p in plans)
+        layers = plan_record(plans)
+        rec["hot_layers"] = len(layers["hot_layers"])
         rec["layers"] = len(plans)
-        rec["hot_layer_names"] = sorted({p.name for p in plans if p.path in HOT_PATHS})
-        rec["fp8_forward_layers"] = sorted({p.name for p in plans if p.forward != "bf16"})
+        rec["hot_layer_names"] = layers["hot_layers"]
+        rec["fp8_forward_layers"] = layers["fp8_forward_layers"]
         # why the others keep bf16 (the speed gate's times; DDPOptimizer's pieces can split
         # layers that share one x, e.g. q/k/v, each piece charged its own ABC of x)
-        rec["kept_bf16"] = {p.name: p.reason for p in plans if p.path == "skipped"}
+        rec["kept_bf16"] = layers["skip_reasons"]
         # one plan for all ranks (the speed gate takes rank 0's verdicts: gate.agree)
         mine = sorted((p.name, p.path) for p in plans)
         every = [None] * world

@@ -792,24 +792,31 @@ def run_variant(
     result["variant_s"] = time.perf_counter() - t_variant
     if is_hot(variant):
         result["hot_options"] = hot_options(variant, compiler, extra)
-        layers = {(p.name, p.path) for p in plans}
-        # HOT's backward; fp8_forward layers (an FP8 forward on autograd's exact backward)
-        # are counted among fp8_forward_layers only
-        result["hot_layers"] = sorted({n for n, path in layers if path in HOT_PATHS})
-        result["skipped_layers"] = sorted({n for n, path in layers if path == "skipped"})
-        #: why each kept autograd's backward (the speed gate's measured times, a shape, ...)
-        result["skip_reasons"] = {p.name: p.reason for p in plans if p.path == "skipped"}
-        #: forward="fp8": the layers whose forward GEMM ran in FP8, and why others kept bf16
-        result["fp8_forward_layers"] = sorted({p.name for p in plans if p.forward != "bf16"})
-        result["forward_reasons"] = {p.name: p.forward_reason for p in plans if p.forward_reason}
-        #: the gate's FP8-forward-only layers: HOT's backward did not pay, the FP8 forward did
-        result["fp8_forward_only"] = sorted({p.name for p in plans if p.path == "fp8_forward"})
+        result.update(plan_record(plans))
         result["graphs_compiled"] = len({id(r) for r in hotcompile.backend.RECORDS})
         dispatch = sys.modules.get("hotcompile.kernels.dispatch")
         if dispatch is not None:  # which CUDA implementation each layer's stages ran
             result["kernels_ran"] = dispatch.by_layer()
             result["kernel_choices"] = {k: c.impl for k, c in dispatch.choices().items()}
     return result
+
+
+def plan_record(plans: list) -> dict[str, Any]:
+    """What a benchmark records of a run's plans (``hotcompile.plans()``), layer names per
+    kind: ``hot_layers`` (HOT's backward: :data:`HOT_PATHS`; an ``fp8_forward`` layer runs
+    autograd's exact backward and counts only among the FP8 ones), ``skipped_layers`` and
+    their ``skip_reasons`` (the speed gate's measured times, a shape, ...),
+    ``fp8_forward_layers`` (``forward="fp8"``: the forward GEMM ran in FP8) with
+    ``forward_reasons`` for those that kept bf16, and ``fp8_forward_only`` (the gate's:
+    HOT's backward did not pay, the FP8 forward did). Shared by bench_distributed."""
+    return {
+        "hot_layers": sorted({p.name for p in plans if p.path in HOT_PATHS}),
+        "skipped_layers": sorted({p.name for p in plans if p.path == "skipped"}),
+        "skip_reasons": {p.name: p.reason for p in plans if p.path == "skipped"},
+        "fp8_forward_layers": sorted({p.name for p in plans if p.forward != "bf16"}),
+        "forward_reasons": {p.name: p.forward_reason for p in plans if p.forward_reason},
+        "fp8_forward_only": sorted({p.name for p in plans if p.path == "fp8_forward"}),
+    }
 
 
 def merge_repeat(first: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:

@@ -60,7 +60,8 @@ class Row:
     label: str
     #: the bench_train variant that measures it; None: no variant exists yet
     variant: str | None
-    #: what the row says when no committed run measured it
+    #: said beside the row's label in the table's "Not measured" line when no committed run
+    #: measured it (for that model)
     missing: str
 
 
