@@ -207,6 +207,7 @@ PLOT_NAMES = {
     "torchao_float8": ("torchao float8", (8, 4)),
     "hot": ("hot (default)", (8, 6)),
     "hot_memory": ('hot, prefer="memory"', (8, -14)),
+    "hot_fp8": ('hot, forward="fp8"', (-70, 10)),
 }
 
 
@@ -219,7 +220,7 @@ def plot(path: Path, runs_dir: Path = RUNS_DIR) -> None:
     import matplotlib.pyplot as plt
 
     runs = load_runs(runs_dir)
-    fig, axes = plt.subplots(1, len(MODELS), figsize=(9, 3.6), sharey=True)
+    fig, axes = plt.subplots(1, len(MODELS), figsize=(3.2 * len(MODELS), 3.8), sharey=True)
     for ax, (model, label, _) in zip(axes, MODELS, strict=True):
         used: set[str] = set()
         for row in ROWS:
@@ -238,11 +239,11 @@ def plot(path: Path, runs_dir: Path = RUNS_DIR) -> None:
         ax.axhline(1.0, color="grey", lw=0.5)
         ax.axvline(1.0, color="grey", lw=0.5)
         runs_used = ", ".join(sorted(used, key=lambda r: (len(r), r)))
-        ax.set_title(f"{label} (H100; run {runs_used})", fontsize=10)
-        ax.set_xlabel("peak memory / inductor's (lower is better)")
+        ax.set_title(f"{label}\n(H100; run {runs_used})", fontsize=10)
         ax.set_xlim(0.6, 1.15)
         ax.set_ylim(0.6, 1.25)
     axes[0].set_ylabel("speed / inductor's (higher is better)")
+    fig.supxlabel("peak memory / inductor's (lower is better)", fontsize=10)
     fig.suptitle("Measured training step: tools/results/bench_train_runs/", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
