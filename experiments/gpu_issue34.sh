@@ -2,7 +2,7 @@
 # Issue 34's GPU work (forward="fp8"), one device call per part, each under the 10-minute limit:
 #
 #   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh <part>", carry=[".whl"],
-#       kind="nvidia-h100-x1")      (fsdp2: kind="nvidia-h200-x2")
+#       kind="nvidia-h200")      (fsdp2: kind="nvidia-h200-x2")
 #
 # tests:   the FP8 forward's GPU tests (tests/test_fp8_gpu.py), the NaN-in-x check of the HLA
 #          kernel (test_kernels_hla_gpu.py -k nan), test_lowering_gpu.py and test_gpu.py, all
@@ -28,8 +28,11 @@
 #          torchao_float8, 200 steps.
 #
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
-part=${1:-tests}
+# Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (each part's
+# deadline counts from the call's start; set DEADLINE per call). Files land in $OUT/<part>/.
+parts=${*:-tests}
 source experiments/gpu_env.sh
+ROOT=$OUT
 bench() {  # $1 models, $2 variants, $3 deadline (s since T0)
   timeout $(left $3) python3 tools/bench_train.py --no-progress --isolate --profile 0 --steps 10 \
     --models $1 --variants $2 --out $OUT/bench > $OUT/bench.log 2>&1
@@ -40,7 +43,15 @@ if [ -n "$FP8TEST" ]; then  # the FP8 forward's GPU tests first, alone on the GP
   echo "fp8 rc=$?"; grep -A12 "rel. error" $OUT/fp8.log; tail -2 $OUT/fp8.log
 fi
 V=inductor,hot,hot_fp8,hot_fp8_memory,torchao_float8,torchao_float8_rowwise
-if [ "$part" = tests ]; then
+for part in $parts; do
+OUT=$ROOT/$part; mkdir -p $OUT; echo "=== $part $(( $(date +%s)-T0 ))s"
+if [ "$part" = newtests ]; then
+  # what changed since the last GPU run: the FP8 forward's tests and the SwiGLU-codes lowering
+  timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1 &
+  timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
+    -k "swiglu or recompute" > $OUT/lowering.log 2>&1 &
+  wait; for f in fp8 lowering; do echo "== $f:"; grep -E "passed|failed|rror" $OUT/$f.log | tail -6; done
+elif [ "$part" = tests ]; then
   # all four in parallel (each compiles more than it runs), each cut at DEADLINE s
   for f in test_fp8_gpu test_kernels_hla_gpu test_lowering_gpu test_gpu; do
     k=""; [ $f = test_kernels_hla_gpu ] && k="-k nan"
@@ -53,7 +64,7 @@ if [ "$part" = tests ]; then
 elif [ "$part" = llamas ]; then
   bench ${MODELS:-llama,llama8b} ${VARIANTS:-$V} 580
 elif [ "$part" = lean ]; then
-  bench ${MODELS:-llama} ${VARIANTS:-inductor,hot_fp8,hot_fp8_tensorwise,hot_fp8_swiglu,hot_fp8_recompute,hot_fp8_lean,torchao_float8} ${DEADLINE:-580}
+  bench ${MODELS:-llama} ${LEAN:-inductor,hot_fp8,hot_fp8_tensorwise,hot_fp8_swiglu,hot_fp8_recompute,hot_fp8_lean,torchao_float8} ${DEADLINE:-580}
 elif [ "$part" = vitl ]; then
   bench vit_l16 inductor,hot_fp8,torchao_float8 ${DEADLINE:-580}
 elif [ "$part" = profile ]; then
@@ -71,4 +82,5 @@ elif [ "$part" = fsdp2 ]; then
     --models llama --variants inductor hot hot_fp8 torchao_float8 --steps 200 --out $OUT/dist \
     > $OUT/dist.log 2>&1; echo "dist rc=$?"; tail -20 $OUT/dist.log
 fi
-tar czf $OUT/all.tgz -C $OUT --exclude=all.tgz . 2>/dev/null
+done
+tar czf $ROOT/all.tgz -C $ROOT --exclude=all.tgz . 2>/dev/null
