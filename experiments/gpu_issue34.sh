@@ -64,9 +64,9 @@ elif [ "$part" = tests ]; then
 elif [ "$part" = llamas ]; then
   bench ${MODELS:-llama,llama8b} ${VARIANTS:-$V} 580
 elif [ "$part" = lean ]; then
-  bench ${MODELS:-llama} ${LEAN:-inductor,hot_fp8,hot_fp8_tensorwise,hot_fp8_swiglu,hot_fp8_recompute,hot_fp8_lean,torchao_float8} ${DEADLINE:-580}
+  bench ${MODELS:-llama} ${LEAN:-inductor,hot_fp8,hot_fp8_tensorwise,hot_fp8_swiglu,hot_fp8_recompute,hot_fp8_lean,torchao_float8} ${LDEADLINE:-${DEADLINE:-580}}
 elif [ "$part" = vitl ]; then
-  bench vit_l16 inductor,hot_fp8,torchao_float8 ${DEADLINE:-580}
+  bench vit_l16 ${VITL:-inductor,hot_fp8,torchao_float8} ${DEADLINE:-580}
 elif [ "$part" = profile ]; then
   timeout $(left 580) python3 tools/bench_train.py --no-progress --isolate --profile 3 --steps 10 \
     --models ${MODELS:-llama} --variants hot_fp8,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
