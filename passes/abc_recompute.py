@@ -85,7 +85,7 @@ def _region(
     x: fx.Node, elementwise: bool, stop: set[fx.Node] = frozenset()
 ) -> tuple[list[fx.Node], list[fx.Node]] | None:
     """``(nodes, leaves)``: the nodes x is computed by from view/copy ops (and, with
-    ``elementwise``, elementwise ops and the dequantization of saved codes), walking up from
+    ``elementwise``, elementwise ops, the dequantization of saved codes among them), walking up from
     x, and the tensors they start from; a node of ``stop`` (codes saved in place of their
     input) is where a walk starts, never walked through. None when the region grows past
     ``MAX_REGION`` nodes."""
@@ -99,7 +99,7 @@ def _region(
             and n.op == "call_function"
             and (
                 n.target in _VIEW_OR_COPY
-                or (elementwise and (_pointwise(n) or n.target is _dequantize_rows()))
+                or (elementwise and _pointwise(n))
             )
         )
         if not walk:
@@ -114,15 +114,6 @@ def _region(
                 seen.add(a)
                 stack.append(a)
     return nodes, leaves
-
-
-def _dequantize_rows():
-    """``hotcompile.dequantize_rows``: elementwise, an op only to keep the partitioner from
-    fusing it (``hotcompile.ops.dequantize_rows``): a recompute may walk through it to the
-    codes it reads (a SwiGLU product derived from its saved codes)."""
-    import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
-
-    return torch.ops.hotcompile.dequantize_rows.default
 
 
 def _forward_nodes(graph: fx.Graph, bw: set[fx.Node]) -> set[fx.Node]:

@@ -212,3 +212,19 @@ def test_torchao_variants_convert_the_block_linears(tmp_path):
     assert "lm_gpu: hot's gap to bf16 no larger than torchao_fp8_rowwise's" in [
         t["target"] for t in doc["targets"]
     ]
+
+
+def test_fp8_forward_is_judged_against_torchao_with_issue_34s_slack():
+    """The FP8 forward's accuracy target (issue 34): its gap to bf16 may exceed torchao
+    float8's by at most 0.3 (relative %); HOT's own (issue 16) by nothing."""
+    rows = [{"variant": "bf16", "delta_vs_ref": 0.0}]
+    rows += [{"variant": v, "delta_vs_ref": d} for v, d in
+             (("hot", 0.2), ("hot_fp8", 0.45), ("torchao_fp8", 0.1))]  # fmt: skip
+    got = {t["target"]: t for t in acc.gpu_lm_targets(rows)}
+    fp8 = got["lm_gpu: hot_fp8's gap to bf16 no larger than torchao_fp8's + 0.3"]
+    hot = got["lm_gpu: hot's gap to bf16 no larger than torchao_fp8's"]
+    assert not fp8["met"] and fp8["miss_by"] == pytest.approx(0.05)
+    assert not hot["met"] and hot["miss_by"] == pytest.approx(0.1)
+    rows[2]["delta_vs_ref"] = 0.4
+    got = {t["target"]: t for t in acc.gpu_lm_targets(rows)}
+    assert got["lm_gpu: hot_fp8's gap to bf16 no larger than torchao_fp8's + 0.3"]["met"]
