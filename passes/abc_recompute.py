@@ -97,10 +97,7 @@ def _region(
         walk = (
             n not in stop
             and n.op == "call_function"
-            and (
-                n.target in _VIEW_OR_COPY
-                or (elementwise and _pointwise(n))
-            )
+            and (n.target in _VIEW_OR_COPY or (elementwise and _pointwise(n)))
         )
         if not walk:
             leaves.append(n)

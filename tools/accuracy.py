@@ -1401,6 +1401,11 @@ def summarize_gpu_lm(results: Sequence[RunOutput]) -> list[dict[str, Any]]:
     return rows
 
 
+#: HOT variant -> how far (relative %, vs bf16) its gap may exceed torchao float8's: issue 16
+#: asked HOT's backward for no more; issue 34 the FP8 forward for at most 0.3 more
+GPU_LM_PEER_SLACK = {"hot": 0.0, "hot_fp8": 0.3}
+
+
 def gpu_lm_targets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Issue 5's target (HOT within 2% of bf16's validation loss), and the same for the
     exact-g_w ablation, which says whether a miss comes from HLA."""
@@ -1413,15 +1418,19 @@ def gpu_lm_targets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({"target": f"lm_gpu: {row['variant']} validation loss within 2% of bf16",
                     "measured": f"{row['variant']} {rel:+.2f}% vs bf16", "met": rel <= 2.0,
                     "miss_by": max(0.0, rel - 2.0)})  # fmt: skip
-    # issue 16: HOT's gap to bf16 no larger than the peer's in the same run
-    hot = next((r for r in rows if r["variant"] == "hot"), None)
-    for peer in (r for r in rows if r["variant"] in GPU_LM_TORCHAO):
-        if ref is None or hot is None:
-            break
-        gap, peer_gap = hot["delta_vs_ref"], peer["delta_vs_ref"]
-        out.append({"target": f"lm_gpu: hot's gap to bf16 no larger than {peer['variant']}'s",
-                    "measured": f"hot {gap:+.2f}% vs {peer['variant']} {peer_gap:+.2f}%",
-                    "met": gap <= peer_gap, "miss_by": max(0.0, gap - peer_gap)})  # fmt: skip
+    # issue 16: HOT's gap to bf16 no larger than the peer's in the same run; issue 34: with the
+    # FP8 forward, no more than 0.3 (relative %) above the peer's
+    for name, slack in GPU_LM_PEER_SLACK.items():
+        hot = next((r for r in rows if r["variant"] == name), None)
+        for peer in (r for r in rows if r["variant"] in GPU_LM_TORCHAO):
+            if ref is None or hot is None:
+                break
+            gap, peer_gap = hot["delta_vs_ref"], peer["delta_vs_ref"]
+            than = f"{peer['variant']}'s" + (f" + {slack:g}" if slack else "")
+            out.append({"target": f"lm_gpu: {name}'s gap to bf16 no larger than {than}",
+                        "measured": f"{name} {gap:+.2f}% vs {peer['variant']} {peer_gap:+.2f}%",
+                        "met": gap <= peer_gap + slack,
+                        "miss_by": max(0.0, gap - peer_gap - slack)})  # fmt: skip
     return out
 
 
