@@ -7,6 +7,10 @@ ln -sfn ../passes hotcompile/passes; ln -sfn ../csrc hotcompile/csrc
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1
 export PYTHONPATH=$PWD:/tmp/site HOTCOMPILE_CACHE=/tmp/hc HOTCOMPILE_COMMIT=${COMMIT:-unknown}
+# the gate's cache of an earlier call on the same GPU model, carried in .whl (its keys name the
+# GPU, torch and the gate's MEASURE_VERSION: entries of another are simply not found); a
+# driver copies /tmp/hc/gate.json back out at its end
+if [ -f .whl/gate.json ]; then mkdir -p /tmp/hc && cp .whl/gate.json /tmp/hc/; fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
 T0=$(date +%s)
 left() { echo $(( $1-$(date +%s)+T0 )); }

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Issue 34's GPU work (forward="fp8"), one device call per part, each under the 10-minute limit:
 #
-#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh <part>", carry=[".whl"],
-#       kind="nvidia-h200")      (fsdp2: kind="nvidia-h200-x2")
+#   run(command="COMMIT=<commit> bash experiments/gpu_issue34.sh <part> [<part> ...]",
+#       carry=[".whl"], kind="nvidia-h200")      (fsdp2: kind="nvidia-h200-x2")
 #
 # tests:   the FP8 forward's GPU tests (tests/test_fp8_gpu.py), the NaN-in-x check of the HLA
 #          kernel (test_kernels_hla_gpu.py -k nan), test_lowering_gpu.py and test_gpu.py, all
@@ -26,6 +26,16 @@
 #          for the issue's other two.
 # fsdp2:   tools/bench_distributed.py --wrapper fsdp2 on 2 GPUs, inductor / hot / hot_fp8 /
 #          torchao_float8, 200 steps.
+#
+# Session 25 (H200 only, 3 calls): newtests + lean (run 42), lean + vitl (runs 43-44), acc
+# (tools/results/fp8_forward_h200.md). A HOT variant compiles for 80-146 s on a bare machine
+# (the gate times every shape), so a call holds ~4 HOT variants; the gate's cache now comes
+# back as gate.json: carry it as .whl/gate.json in the calls after the first.
+# Next, in this order: (1) profile (hot_fp8 vs torchao, the speed target's open question) +
+# newtests (the reworded SwiGLU-codes test); (2) LEAN=inductor,hot_fp8,hot_fp8_swiglu,
+# hot_fp8_lean,torchao_float8 (the fused derivation of down's codes); (3) vitl with
+# VITL=inductor,hot,hot_fp8,torchao_float8 (the gate's new charge for the FP8 forward
+# alone); (4) MODELS=llama8b llamas; (5) fsdp2 on nvidia-h200-x2.
 #
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (each part's
@@ -83,4 +93,5 @@ elif [ "$part" = fsdp2 ]; then
     > $OUT/dist.log 2>&1; echo "dist rc=$?"; tail -20 $OUT/dist.log
 fi
 done
+cp /tmp/hc/gate.json $ROOT/ 2>/dev/null  # carry it next time as .whl/gate.json
 tar czf $ROOT/all.tgz -C $ROOT --exclude=all.tgz . 2>/dev/null

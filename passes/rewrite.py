@@ -861,7 +861,7 @@ def _plan_call(
             spec, kind, x, wshape[0], w.requires_grad, native_fmt, w.dtype, x_readers, forward
         )
         if why and _gate_decides(x):
-            if speed is not None and forward != "bf16" and speed.fp8_forward:
+            if speed is not None and forward != "bf16" and speed.fp8_forward_alone:
                 # HOT's backward does not pay here, the FP8 forward alone does: keep it, with
                 # autograd's exact backward (HotLinearFunction with every transform off)
                 return LayerPlan(

@@ -227,17 +227,19 @@ def test_a_graph_that_ends_inside_the_model_keeps_its_last_layer_fp8():
     assert rows["vit.blocks.1.fc2"].forward == "fp8 rowwise"
 
 
-def _gate_says(monkeypatch, hot_us: float, fwd_fp8_us: float):
+def _gate_says(monkeypatch, hot_us: float, fwd_fp8_us: float, rederive_us: float = 0.0):
     """Make the speed gate run and decide on the CPU with fixed times: the exact backward
-    200 µs against HOT's ``hot_us``, the bf16 forward 100 µs against FP8's ``fwd_fp8_us``
-    (on a GPU :func:`hotcompile.lowering.gate.decide` measures them)."""
+    200 µs against HOT's ``hot_us``, the bf16 forward 100 µs against FP8's ``fwd_fp8_us``,
+    ``rederive_us`` the exact backward's bf16 x beside the FP8 forward (on a GPU
+    :func:`hotcompile.lowering.gate.decide` measures the times and models the last)."""
     from hotcompile.lowering.gate import Speed
 
     rewrite = importlib.import_module("hotcompile.passes.rewrite")  # (the package's
     # ``rewrite`` attribute is the function of that name)
 
     def gate(spec, kind, x, out_features, need_gw, fmt, w_dtype, x_readers, forward):
-        speed = Speed(200.0, hot_us, "measured", 1, 100.0, fwd_fp8_us if forward != "bf16" else 0)
+        fp8 = fwd_fp8_us if forward != "bf16" else 0
+        speed = Speed(200.0, hot_us, "measured", 1, 100.0, fp8, rederive_us)
         return speed, "" if speed.hot else f"speed: {speed.describe()}"
 
     monkeypatch.setattr(rewrite, "_gate", gate)
@@ -300,14 +302,37 @@ def test_gate_keeps_the_fp8_forward_where_only_it_pays(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("hot_us", "fwd_fp8_us", "path", "forward"),
+    ("hot_us", "fwd_fp8_us", "path", "forward", "rederive_us"),
     [
-        (150.0, 60.0, "hot", "fp8 rowwise"),  # both pay: HOT with the FP8 forward
-        (150.0, 99.0, "hot", "bf16"),  # HOT pays, FP8 not by 3%: HOT, bf16 forward
-        (300.0, 99.0, "skipped", "bf16"),  # neither: autograd's bf16 layer
+        (150.0, 60.0, "hot", "fp8 rowwise", 0.0),  # both pay: HOT with the FP8 forward
+        (150.0, 99.0, "hot", "bf16", 0.0),  # HOT pays, FP8 not by 3%: HOT, bf16 forward
+        (300.0, 99.0, "skipped", "bf16", 0.0),  # neither: autograd's bf16 layer
+        # HOT loses; the FP8 forward wins by 10% alone but not once the exact backward's
+        # bf16 x (8 µs) is paid: bf16 throughout (ViT-L/16, H200 run 44)
+        (300.0, 90.0, "skipped", "bf16", 8.0),
+        (150.0, 90.0, "hot", "fp8 rowwise", 8.0),  # HOT reads codes: no bf16 x to pay
     ],
 )
-def test_gate_choices_with_the_fp8_forward(monkeypatch, hot_us, fwd_fp8_us, path, forward):
-    _gate_says(monkeypatch, hot_us=hot_us, fwd_fp8_us=fwd_fp8_us)
+def test_gate_choices_with_the_fp8_forward(
+    monkeypatch, hot_us, fwd_fp8_us, path, forward, rederive_us
+):
+    _gate_says(monkeypatch, hot_us=hot_us, fwd_fp8_us=fwd_fp8_us, rederive_us=rederive_us)
     _, _, rows = _block_step(forward="fp8")
     assert (rows["fc1"].path, rows["fc1"].forward) == (path, forward)
+
+
+def test_the_fp8_forward_alone_pays_for_the_backwards_bf16_x():
+    """The model's cost of the exact backward's bf16 x beside an FP8 forward: one pass that
+    reads x's producer's input and writes x (4 bytes an element in bf16), none where no g_w is
+    made; it counts against the FP8 forward alone (``fp8_forward_alone``), not beside HOT."""
+    from hotcompile.lowering import gate
+
+    qkv = gate.Shape(L=12608, O=3072, I=1024, N=64, S=197, forward="fp8_rowwise")
+    want = 12608 * 1024 * 4 / gate.HBM * 1e6 + gate.KERNEL_US
+    assert gate._rederive_us(qkv) == pytest.approx(want)
+    frozen = dataclasses.replace(qkv, need_gw=False)
+    assert gate._rederive_us(frozen) == 0.0
+    speed = gate.Speed(200.0, 300.0, "measured", 1, 100.0, 90.0, 10.0)
+    assert speed.fp8_forward and not speed.fp8_forward_alone
+    assert "+10 µs of bf16 x" in speed.describe()
+    assert gate.estimate(qkv).rederive_us == pytest.approx(want)

@@ -36,16 +36,18 @@ def test_table_rows_come_from_one_run_each():
     tool = _tool()
     runs = tool.load_runs()
     for model, label, _ in tool.MODELS:
+        device = tool.model_device(runs, model)
         for row in tool.ROWS:
             if row.variant is None:
                 continue
-            picked = tool.pick_run(runs, model, row.variant)
+            picked = tool.pick_run(runs, model, row.variant, device)
             if picked is None:  # said once under the table, with the model
                 note = next(ln for ln in tool.table().splitlines() if ln.startswith("Not measured"))
                 assert row.missing in note and label in note
                 continue
-            _, _, entry = picked
+            _, run, entry = picked
             assert {row.variant, tool.BASELINE} <= set(entry["variants"])
+            assert run["device"] == device  # one GPU per model
 
 
 def test_check_mode_passes():

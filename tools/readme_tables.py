@@ -8,8 +8,10 @@ from one of those files, and the runs it used are named under the table.
 
 Which run fills a row: for each (model, variant), the newest committed run (by run number)
 that measured inductor, torchao float8 and that variant side by side in one run; if none did,
-the newest that measured inductor and the variant. Ratios are always against the inductor
-step and peak of that same run. An option no committed run measured says so in its row.
+the newest that measured inductor and the variant. A model's rows all come from runs on one
+GPU, the one of the run its default (``hot``) row takes (:func:`model_device`). Ratios are
+always against the inductor step and peak of that same run. An option no committed run
+measured says so in its row.
 
 ``tests/test_readme.py`` asserts that README.md holds exactly this output between the two
 marker lines, so the README's table cannot drift from the committed results: after
@@ -108,13 +110,14 @@ def _measured(variants: dict[str, Any], name: str) -> bool:
 
 
 def pick_run(
-    runs: list[tuple[Path, dict[str, Any]]], model: str, variant: str
+    runs: list[tuple[Path, dict[str, Any]]], model: str, variant: str, device: str | None = None
 ) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
-    """The newest run that measured ``variant`` of ``model`` next to inductor and torchao
-    float8, else next to inductor alone: (path, run JSON, that model's entry)."""
+    """The newest run (on ``device``, if given) that measured ``variant`` of ``model`` next to
+    inductor and torchao float8, else next to inductor alone: (path, run JSON, that model's
+    entry)."""
     for need_peer in (True, False):
         for path, run in reversed(runs):
-            if run.get("quick"):
+            if run.get("quick") or (device is not None and run.get("device") != device):
                 continue
             for entry in run.get("models", []):
                 if entry.get("name") != model:
@@ -123,6 +126,18 @@ def pick_run(
                 wanted = {variant, BASELINE} | ({PEER} if need_peer else set())
                 if all(_measured(vs, w) for w in wanted):
                     return path, run, entry
+    return None
+
+
+def model_device(runs: list[tuple[Path, dict[str, Any]]], model: str) -> str | None:
+    """The GPU a model's rows all come from: the one of the run its first measured row (the
+    baseline's own) would take next to the default ``hot``. Why: a row's ratios are against
+    its own run's inductor, but a reader compares rows down the table, and an H200's
+    inductor step beside an H100's HOT step reads as a speed-up neither run measured."""
+    for variant in ("hot", *(r.variant for r in ROWS if r.variant)):
+        picked = pick_run(runs, model, variant)
+        if picked is not None:
+            return picked[1].get("device")
     return None
 
 
@@ -155,8 +170,9 @@ def table(runs_dir: Path = RUNS_DIR) -> str:
     used: dict[Path, dict[str, Any]] = {}
     missing: dict[str, list[str]] = {}  # what no committed run measured, said once below
     for model, model_label, _ in MODELS:
+        device = model_device(runs, model)
         for row in ROWS:
-            picked = pick_run(runs, model, row.variant) if row.variant else None
+            picked = pick_run(runs, model, row.variant, device) if row.variant else None
             if picked is None:
                 missing.setdefault(f"{row.label} ({row.missing})", []).append(model_label)
                 continue
