@@ -18,6 +18,8 @@
 #          hot_fp8_lean (both, down's codes derived from the SwiGLU's) against
 #          inductor and torchao tensorwise (MODELS=llama8b for the other Llama; VARIANTS=...
 #          e.g. with hot_fp8_tensorwise_swiglu once the two halves are known).
+# weights: experiments/weight_operands.py: the weight's HQ codes and FP8 copy from one pair of
+#          passes (hotcompile/kernels/weight_triton.py) against today's three, per shape.
 # vitl:    ViT-L/16: inductor / hot_fp8 (the gate's fp8_forward path, new after run 41) /
 #          torchao tensorwise.
 # profile: the Llama's hot_fp8 and torchao tensorwise with --profile 3: which kernels differ.
@@ -31,7 +33,8 @@
 # (tools/results/fp8_forward_h200.md). A HOT variant compiles for 80-146 s on a bare machine
 # (the gate times every shape), so a call holds ~4 HOT variants; the gate's cache now comes
 # back as gate.json: carry it as .whl/gate.json in the calls after the first.
-# Next, in this order: (1) profile (hot_fp8 vs torchao, the speed target's open question) +
+# Next, in this order: (1) weights (the fused weight operands' time against today's: does the
+# kernel pay, ~1.5 min) + profile (hot_fp8 vs torchao, the speed target's open question) +
 # newtests (the reworded SwiGLU-codes test); (2) LEAN=inductor,hot_fp8,hot_fp8_swiglu,
 # hot_fp8_lean,torchao_float8 (the fused derivation of down's codes); (3) vitl with
 # VITL=inductor,hot,hot_fp8,torchao_float8 (the gate's new charge for the FP8 forward
@@ -56,11 +59,18 @@ V=inductor,hot,hot_fp8,hot_fp8_memory,torchao_float8,torchao_float8_rowwise
 for part in $parts; do
 OUT=$ROOT/$part; mkdir -p $OUT; echo "=== $part $(( $(date +%s)-T0 ))s"
 if [ "$part" = newtests ]; then
-  # what changed since the last GPU run: the FP8 forward's tests and the SwiGLU-codes lowering
+  # what changed since the last GPU run: the FP8 forward's tests, the SwiGLU-codes lowering
+  # and the fused weight operands
   timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1 &
   timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
     -k "swiglu or recompute" > $OUT/lowering.log 2>&1 &
-  wait; for f in fp8 lowering; do echo "== $f:"; grep -E "passed|failed|rror" $OUT/$f.log | tail -6; done
+  timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_weight_operands_gpu.py -q -p no:cacheprovider \
+    > $OUT/weights.log 2>&1 &
+  wait; for f in fp8 lowering weights; do echo "== $f:"; grep -E "passed|failed|rror" $OUT/$f.log | tail -6; done
+elif [ "$part" = weights ]; then
+  # the fused weight operands (hotcompile/kernels/weight_triton.py) against today's passes
+  timeout $(left ${WDEADLINE:-150}) python3 experiments/weight_operands.py \
+    --out $OUT/weight_operands.md > $OUT/weights.log 2>&1; echo "weights rc=$?"; cat $OUT/weights.log | tail -16
 elif [ "$part" = tests ]; then
   # all four in parallel (each compiles more than it runs), each cut at DEADLINE s
   for f in test_fp8_gpu test_kernels_hla_gpu test_lowering_gpu test_gpu; do

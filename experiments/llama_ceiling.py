@@ -8,7 +8,9 @@ the benchmark's Llama (hidden 2048, MLP 8192, 8 layers, 4 × 2048 tokens, vocabu
 are timed at those rates: bf16 for both GEMMs, against FP8 for both with every quantize pass
 taking no time, without HLA (the text recipe: g_w over every token) and with it (half the
 tokens). The step's other work is left as measured. The result bounds what fusing HOT's
-quantizers could buy: it is not a measurement.
+quantizers could buy: it is not a measurement. A second table does the same with the
+forward's GEMMs in FP8 (issue 34) for hot_fp8 and torchao float8 as run 39 measured them:
+what each spends beyond its GEMMs and inductor's other work.
 
     python experiments/llama_ceiling.py --out experiments/results/llama_ceiling.md
 """
@@ -69,11 +71,58 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|",
     ]
     lines += [f"| {n} | {t:.1f} | {s:.1f} | {step_ms / s:.2f}x |" for n, t, s in rows]
+    lines += fp8_forward_section(bf16, fp8_gx, fp8_gw, per_block)
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:
         a.out.write_text(text)
     return 0
+
+
+def fp8_forward_section(bf16: float, fp8: float, fp8_gw: float, per_block: int) -> list[str]:
+    """Issue 34's question: with the forward's GEMMs in FP8 too, what is left between the
+    GEMMs' time and the measured steps of hot_fp8 and torchao float8 (run 39, one H100 run)?
+
+    Both run every block linear's three GEMMs in FP8 (forward rowwise or tensorwise, g_x, g_w
+    over every token: the text recipe has no HLA); the LM head's forward stays bf16 in both,
+    its backward is HOT's FP8 in hot_fp8 and bf16 in torchao. What a step spends beyond its
+    GEMMs' time at these rates (and beyond inductor's own non-GEMM work, the same in all
+    three) is the casts and quantize passes: the stage that holds the speed target."""
+    run = json.loads((RESULTS / "bench_train_runs/run39_77e2636_llama_fp8.json").read_text())
+    vs = run["models"][0]["variants"]
+    blocks = BLOCKS * per_block  # one GEMM's FLOP over every block linear (the forward's)
+    head = 2 * L * H * VOCAB
+    t = {  # each variant's linear GEMMs, ms
+        "inductor": 3 * (blocks + head) / bf16,
+        "hot_fp8": blocks / fp8
+        + blocks / fp8
+        + blocks / fp8_gw
+        + head / bf16
+        + head / fp8
+        + head / fp8_gw,
+        "torchao_float8": blocks / fp8 + blocks / fp8 + blocks / fp8_gw + 3 * head / bf16,
+    }
+    t = {k: v * 1e3 for k, v in t.items()}
+    rest = vs["inductor"]["step_ms"] - t["inductor"]  # attention, norms, optimizer, casts
+    lines = [
+        "",
+        "## With the FP8 forward (issue 34; run 39, H100, one run)",
+        "",
+        f"Every linear's GEMMs at the rates above (the forward's FP8 GEMM at the g_x rate, "
+        f"{fp8 / 1e12:.0f} TFLOP/s; g_w over every token at the half-length g_w's rate, "
+        f"{fp8_gw / 1e12:.0f}); inductor's "
+        f"non-GEMM work ({rest:.1f} ms of its measured step) added to each. 'Beyond' is the "
+        "measured step minus that: what the casts and quantize passes (and anything else the "
+        "variant adds) cost.",
+        "",
+        "| variant | GEMMs (ms) | + inductor's rest (ms) | measured step (ms) | beyond (ms) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, gemm in t.items():
+        measured = vs[name]["step_ms"]
+        lines.append(f"| {name} | {gemm:.1f} | {gemm + rest:.1f} | {measured:.1f} "
+                     f"| {measured - gemm - rest:+.1f} |")  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":

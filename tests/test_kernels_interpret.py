@@ -257,6 +257,55 @@ def test_interpreted_fp8_codes_round_like_torchs_e4m3_cast(tmp_path):
     assert done == total, out.stdout
 
 
+WEIGHT_OPERANDS = textwrap.dedent("""
+    import torch
+    from hotcompile.kernels.hla_triton import hla_quantize
+    from hotcompile.kernels.weight_triton import weight_operands
+    from hotcompile.quant import FP8_E4M3, quantize
+
+    torch.manual_seed(0)
+    n = bad = 0
+    for O, I in [(40, 24), (128, 64), (16, 130)]:
+        w = torch.randn(O, I) * torch.logspace(-2, 1, O)[:, None]
+        w[3] = 0.0  # a zero row: its scale and codes
+        w[5, 7] = float("nan")  # reaches the row's and HQ's scales as in the reference
+        w[9, :4] = 1 + 2.0**-8  # exactly between two bfloat16 values: ties to even
+        w[9, 4:8] = 1 + 3 * 2.0**-8
+        w[11, 0] = 3.4e38  # rounds to bfloat16's infinity, as torch's cast
+        for bits, rounding, sawb, dtype in [(4, "nearest", True, torch.float8_e4m3fn),
+                                            (8, "nearest", False, torch.int8),
+                                            (8, FP8_E4M3, False, torch.float8_e4m3fn)]:
+            for round_bf16 in (True, False):
+                hq, hs, w8, ws = weight_operands(w, bits, rounding, sawb, dtype, round_bf16)
+                wr = w.to(torch.bfloat16).float() if round_bf16 else w
+                rc, rs = hla_quantize(wr[None], 0, list(range(16)), bits, rounding,
+                                      sawb=sawb, out_dtype=dtype)
+                fc, fs = quantize(wr, 8, True, FP8_E4M3)
+                same = lambda a, b: torch.equal(a.float().nan_to_num(7.0),
+                                                b.float().nan_to_num(7.0))
+                n += 1
+                bad += not (same(hq, rc) and same(hs, rs) and same(w8, fc) and same(ws, fs))
+    print(f"{n - bad}/{n}")
+""")
+
+
+def test_interpreted_weight_operands_are_hq_and_the_fp8_copy_bit_exactly(tmp_path):
+    """``weight_operands`` (both of a weight's per-step operands under ``forward="fp8"`` from
+    one pair of passes) writes HQ's codes and scale as ``hla_quantize`` with every row kept
+    (HQ's weight quantizer) and the rowwise e4m3 copy and row scales as ``quantize``, from
+    the fp32 weight or its bf16 rounding (ties to even, infinity and NaN as torch's cast),
+    for INT4 SAWB, INT8 and FP8 HQ codes."""
+    script = tmp_path / "weight_operands_check.py"
+    script.write_text(WEIGHT_OPERANDS)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    done, total = out.stdout.split()[-1].split("/")
+    assert done == total, out.stdout
+
+
 def test_fp8_hq_tiles_follow_the_measured_rule():
     """FP8-values HQ (the text recipe) changes its tiles only where the H100 measured a
     gain (experiments/results/hq_wide_rows_h100.md): one masked 4096-wide walk for 2304 / 3072,
