@@ -10,9 +10,10 @@ the step's share (each shape × its count in the model).
 
     python3 experiments/weight_operands.py [--out experiments/results/weight_operands_h200.md]
 
-Decides whether to wire the kernel into the compiled step (``autograd._native_weight_codes``
-and ``fp8.linear``); its numerics are tested through Triton's interpreter
-(``tests/test_kernels_interpret.py``).
+The compiled step takes the kernel (``autograd._weight_operands_together``), wired before any
+GPU timed it (session 25 had no device time left): if this shows it slower, that function
+is where to turn it off. Its numerics are tested through Triton's interpreter
+(``tests/test_kernels_interpret.py``) and on CUDA (``tests/test_weight_operands_gpu.py``).
 """
 
 from __future__ import annotations

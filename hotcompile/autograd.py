@@ -494,6 +494,18 @@ def is_empty(t: torch.Tensor) -> bool:
     return bool(guard_or_false(t.numel() == 0))
 
 
+def _weight_operands_together(spec: LayerSpec, x, weight, w_cast) -> bool:
+    """Whether the forward makes W's FP8 copy and HQ's codes of W in one pair of passes
+    (:func:`hotcompile.lowering.hot.weight_operands`): a rowwise FP8 forward that runs the
+    FP8 GEMM, both operands of W as that GEMM reads it (HQ's codes of the autocast copy, or of
+    W itself outside autocast, when that is the FP8 copy's dtype too)."""
+    return (
+        spec.forward == "fp8_rowwise"
+        and fp8.takes_gemm(x, weight)
+        and (w_cast or weight.dtype) == fp8.out_dtype(x)
+    )
+
+
 class HotLinearFunction(torch.autograd.Function):
     """``F.linear`` with HOT's backward. An empty input (a zero-size batch) takes the exact
     backward: HOT's per-tensor scales would reduce over nothing."""
@@ -502,10 +514,6 @@ class HotLinearFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, spec: LayerSpec):
         if is_empty(x):
             spec = dataclasses.replace(spec, exact=True, forward="bf16")
-        if spec.forward == "bf16":
-            y = F.linear(x, weight, bias)
-        else:  # "fp8_rowwise" / "fp8_tensorwise"
-            y = fp8.linear(x, weight, bias, spec.forward.removeprefix("fp8_"))
         ctx.spec = spec
         ctx.x_shape = x.shape
         ctx.x_dtype = x.dtype
@@ -522,7 +530,18 @@ class HotLinearFunction(torch.autograd.Function):
         ctx.w_cast = _autocast_dtype(weight) if w_codes else None
         keep_w = not w_codes or (need_gw and not spec.abc and not spec.gw_exact)
         ctx.save_w = keep_w or ctx.w_late
-        saved = _native_weight_codes(spec, weight, ctx.w_cast) if ctx.w_early else []
+        w_fp8 = None  # the forward's FP8 copy of W, where made with HQ's codes of it
+        if ctx.w_early and _weight_operands_together(spec, x, weight, ctx.w_cast):
+            hq, hq_scale, w8, w8_scale = native.weight_operands(
+                weight, spec.gx_bits, spec.gx_rounding, spec.weight_scale, fp8.out_dtype(x)
+            )
+            saved, w_fp8 = [hq, hq_scale], (w8, w8_scale[None, :])
+        else:
+            saved = _native_weight_codes(spec, weight, ctx.w_cast) if ctx.w_early else []
+        if spec.forward == "bf16":
+            y = F.linear(x, weight, bias)
+        else:  # "fp8_rowwise" / "fp8_tensorwise"
+            y = fp8.linear(x, weight, bias, spec.forward.removeprefix("fp8_"), w_fp8)
         saved += [weight] if ctx.save_w else []
         if need_gw:
             if spec.gw_exact or not spec.abc:

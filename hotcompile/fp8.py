@@ -60,14 +60,20 @@ def operands(
     Each operand is quantized from the dtype the bf16 forward's GEMM would read (autocast's
     copy inside an autocast region), so the FP8 forward's only departure from it is e4m3's
     rounding."""
+    return (*_operand(x2, scaling, out_dtype(x2), True), *_operand(w, scaling, out_dtype(x2)))
+
+
+def _operand(
+    t: torch.Tensor, scaling: str, dtype: torch.dtype, left: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 codes of ``t.to(dtype)`` and their scales as ``torch._scaled_mm`` takes them for
+    the ``left`` (x: ``[M, 1]``) or right (W: ``[1, N]``) operand, or 0-dim (tensorwise)."""
     if scaling not in SCALINGS:
         raise ValueError(f"FP8 forward scaling is one of {SCALINGS}, got {scaling!r}")
-    dtype = out_dtype(x2)
-    xq, sx = quantize(x2.to(dtype), 8, scaling == "rowwise", FP8_E4M3)
-    wq, sw = quantize(w.to(dtype), 8, scaling == "rowwise", FP8_E4M3)
-    if scaling == "rowwise":
-        return xq, sx[:, None], wq, sw[None, :]
-    return xq, sx.reshape(()), wq, sw.reshape(())
+    q, s = quantize(t.to(dtype), 8, scaling == "rowwise", FP8_E4M3)
+    if scaling == "tensorwise":
+        return q, s.reshape(())
+    return q, (s[:, None] if left else s[None, :])
 
 
 def scaled_gemm(
@@ -98,18 +104,36 @@ def linear_reference(
     return y.to(out_dtype(x)).reshape(*x.shape[:-1], w.shape[0])
 
 
+def takes_gemm(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether :func:`linear` runs ``torch._scaled_mm`` for these operands (else the
+    reference): an FP8 GEMM on the device, an aligned shape, a non-empty input."""
+    return not unsupported(x.shape[-1], w.shape[0]) and has_fp8_gemm(x.device) and x.numel() > 0
+
+
 def linear(
-    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, scaling: str = "rowwise"
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    scaling: str = "rowwise",
+    w_operand: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``x Wᵀ (+ bias)`` with FP8 operands: ``torch._scaled_mm`` where the device multiplies
     FP8 (Hopper/Ada GPUs, torch's CPU kernel) and the shape is aligned, else the reference.
     The output is bf16 from the GEMM (its accumulation is float32), then the bias is added in
-    the output dtype, as ``F.linear`` under autocast does."""
+    the output dtype, as ``F.linear`` under autocast does. ``w_operand``: the weight's codes
+    and scales as :func:`operands` makes them, made already (rowwise: by the kernel that
+    also writes HQ's codes of W, :func:`hotcompile.lowering.hot.weight_operands`); only
+    where :func:`takes_gemm`."""
     K, N = x.shape[-1], w.shape[0]
-    if unsupported(K, N) or not has_fp8_gemm(x.device) or x.numel() == 0:
+    if not takes_gemm(x, w):
+        if w_operand is not None:
+            raise ValueError("a weight operand made already needs the FP8 GEMM (takes_gemm)")
         return linear_reference(x, w, bias, scaling)
     x2 = x.reshape(-1, K)
-    xq, sx, wq, sw = operands(x2, w, scaling)
+    if w_operand is None:
+        xq, sx, wq, sw = operands(x2, w, scaling)
+    else:  # no pass over W here: x's cast only
+        (xq, sx), (wq, sw) = _operand(x2, scaling, out_dtype(x2), True), w_operand
     dtype = out_dtype(x)
     y = scaled_gemm(xq, sx, wq, sw, scaling, dtype)
     if bias is not None:

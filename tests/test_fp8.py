@@ -336,3 +336,45 @@ def test_the_fp8_forward_alone_pays_for_the_backwards_bf16_x():
     assert speed.fp8_forward and not speed.fp8_forward_alone
     assert "+10 µs of bf16 x" in speed.describe()
     assert gate.estimate(qkv).rederive_us == pytest.approx(want)
+
+
+@pytest.mark.parametrize("recipe", ["text", "vision"])
+def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
+    """With the rowwise FP8 forward on the native lowering, one call makes both of W's
+    per-step operands (``lowering.hot.weight_operands``: on CUDA one kernel, two passes over
+    the fp32 parameter), the forward's GEMM reads its FP8 copy and the backward HQ's codes.
+    The step is bit-equal to the two quantizers run apart (``_weight_operands_together`` off),
+    under bf16 autocast (the copies are of the bf16 weight) and in float32."""
+    from hotcompile import autograd
+    from hotcompile.lowering import hot as native
+
+    calls = []
+    real = native.weight_operands
+
+    def counted(*args):
+        calls.append(args[0].shape)
+        return real(*args)
+
+    monkeypatch.setattr(native, "weight_operands", counted)
+    x, w, b = _data()
+    x3 = x.reshape(2, 20, 64)
+    gy = torch.randn(2, 20, 48, generator=torch.Generator().manual_seed(1))
+    spec = LayerSpec(name="l", forward="fp8_rowwise", lowering="native")  # vision: INT4 SAWB
+    if recipe == "text":  # FP8 HQ codes with the max-abs scale, FP8 g_w on plain rows
+        spec = dataclasses.replace(spec, gx_bits=8, gx_format="fp8", gw_format="fp8", hla_rows=())
+    for autocast in (True, False):
+        results = []
+        for together in (True, False):
+            if not together:
+                monkeypatch.setattr(autograd, "_weight_operands_together", lambda *a: False)
+            calls.clear()
+            xs, ws, bs = (t.clone().requires_grad_() for t in (x3, w, b))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                y = hot_linear(xs, ws, bs, spec)
+            y.backward(gy.to(y.dtype))
+            assert len(calls) == (1 if together else 0), calls
+            results.append((y.detach(), xs.grad, ws.grad, bs.grad))
+            monkeypatch.undo()
+            monkeypatch.setattr(native, "weight_operands", counted)
+        for a, b_ in zip(*results):
+            torch.testing.assert_close(a, b_, rtol=0, atol=0)

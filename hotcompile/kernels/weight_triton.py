@@ -21,8 +21,10 @@ bfloat16 in registers as they are loaded (autocast's copy, ties to even as torch
 the float's bits),
 so the fp32 parameter is read without its bf16 copy being written. The reference is the two
 quantizers one after the other (``tests/test_kernels_interpret.py`` checks every bit through
-Triton's interpreter); not yet wired into the compiled step: its time is to be measured first
-(``tools/bench_layers.py``'s weight stage, next GPU session).
+Triton's interpreter, ``tests/test_weight_operands_gpu.py`` on CUDA). The compiled step calls
+it through :func:`hotcompile.lowering.hot.weight_operands` (a ``triton_op``). Written without
+a GPU at hand (session 25): its time against the three passes it replaces is
+``experiments/weight_operands.py``'s to measure.
 """
 
 from __future__ import annotations

@@ -240,6 +240,34 @@ def weight_codes(
     return quantize_weight(w, bits, weight_scale, fp8, rounding)
 
 
+def weight_operands(
+    w: torch.Tensor, bits: int, rounding: str, weight_scale: str, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Both per-step operands of a weight under ``forward="fp8"`` (rowwise), each of
+    ``w.to(dtype)`` as the forward's GEMM reads it: HQ's :func:`weight_codes` and the FP8
+    forward's rowwise e4m3 copy with its per-output-channel scales ``[O]``
+    (:func:`hotcompile.fp8.operands`' weight half).
+
+    On CUDA one kernel reads the fp32 parameter twice and writes both, rounding to bf16 in
+    registers (:mod:`hotcompile.kernels.weight_triton`: ~10 bytes a parameter where the two
+    quantizers apart took ~16, the bf16 copy written and read); elsewhere, and for a dtype
+    it does not round to, the two quantizers one after the other — the same bits."""
+    fp8 = gx_codes_fp8(w.shape[1], bits, rounding, w.device) or rounding == FP8_E4M3
+    fused = use_triton(w) and (
+        (w.dtype == torch.float32 and dtype in (torch.float32, torch.bfloat16))
+        or (w.dtype == torch.bfloat16 and dtype == torch.bfloat16)
+    )
+    if fused:
+        hq_rounding, scale_mode = hq_weight_quantizer(rounding, weight_scale)
+        sawb = scale_mode == "sawb" and bits == 4
+        round_bf16 = w.dtype != dtype
+        return _triton_ops().weight_operands(_plain(w), bits, hq_rounding, sawb, fp8, round_bf16)
+    wc = w.to(dtype)
+    hq, hs = weight_codes(wc, bits, rounding, weight_scale)
+    w8, ws = quantize(wc, 8, True, FP8_E4M3)
+    return hq, hs, w8, ws
+
+
 def gy_operand_layout(I: int, bits: int, rounding: str, device: torch.device) -> tuple[bool, int]:
     """How :func:`grad_input_codes` asks :func:`quantize_gy` for g_y's operand of a layer with
     ``I`` inputs: e4m3 codes or not, and the rows padded to (16 for the FP8 GEMM). A producer

@@ -24,12 +24,16 @@ from hotcompile.hadamard import padded
 from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
 from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
 from hotcompile.kernels.swiglu_triton import _swiglu_hq_kernel, launch_swiglu_hq
+from hotcompile.kernels.weight_triton import _weight_operands_kernel
+from hotcompile.kernels.weight_triton import weight_operands as launch_weight_operands
 from hotcompile.lowering import ttir_cache
 from hotcompile.quant import FP8_E4M3
 
 LIB = "hotcompile_lowering"
 # compile time: torch re-generates a launched kernel's TTIR at every trace and lowering of it
-ttir_cache.install((_hq_quant_kernel, _hla_quant_kernel, _swiglu_hq_kernel))
+ttir_cache.install(
+    (_hq_quant_kernel, _hla_quant_kernel, _swiglu_hq_kernel, _weight_operands_kernel)
+)
 
 
 def _code_dtype(fp8: bool) -> torch.dtype:
@@ -99,6 +103,24 @@ def hla_quantize(
     return launch_hla_quantize(
         wrap_triton(_hla_quant_kernel), x, grid_w, rows, bits, rounding, True, sawb,
         _code_dtype(fp8 or fp8_codes), flat, words, 0, amax_given=amax is not None,
+    )  # fmt: skip
+
+
+@triton_op(f"{LIB}::weight_operands", mutates_args=())
+def weight_operands(
+    w: torch.Tensor, bits: int, rounding: str, sawb: bool, fp8_codes: bool, round_bf16: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A weight ``w [O, I]``'s two per-step operands under ``forward="fp8"`` from one pair of
+    passes (:mod:`hotcompile.kernels.weight_triton`): HQ's codes ``[I, padded(O, 16)]`` and
+    scale ``[1]`` (as :func:`hla_quantize` with every row kept; ``rounding`` HQ's weight
+    rounding, ``fp8_codes`` INT-grid codes stored as e4m3) and the rowwise e4m3 copy
+    ``[O, I]`` with its row scales ``[O]``, each of ``w`` rounded to bf16 with
+    ``round_bf16``."""
+    fp8 = rounding == FP8_E4M3
+    words = torch.zeros((3 + w.shape[0],), dtype=torch.int32, device=w.device)
+    return launch_weight_operands(
+        w, bits, rounding, sawb, _code_dtype(fp8 or fp8_codes), round_bf16, words,
+        kernel=wrap_triton(_weight_operands_kernel),
     )  # fmt: skip
 
 
