@@ -31,8 +31,9 @@
 #
 # Session 25 (H200 only, 3 calls): newtests + lean (run 42), lean + vitl (runs 43-44), acc
 # (tools/results/fp8_forward_h200.md). A HOT variant compiles for 80-146 s on a bare machine
-# (the gate times every shape), so a call holds ~4 HOT variants; the gate's cache now comes
-# back as gate.json: carry it as .whl/gate.json in the calls after the first.
+# (the gate times every shape), so a call holds ~4 HOT variants; the gate's cache and Triton's
+# kernels now come back as caches.tgz: carry it as .whl/caches.tgz in the calls after the
+# first (cp /work/.device/N/caches.tgz .whl/).
 # Next, in this order: (1) weights (the fused weight operands' time against today's: does the
 # kernel pay, ~1.5 min) + profile (hot_fp8 vs torchao, the speed target's open question) +
 # newtests (the reworded SwiGLU-codes test); (2) LEAN=inductor,hot_fp8,hot_fp8_swiglu,
@@ -104,4 +105,5 @@ elif [ "$part" = fsdp2 ]; then
 fi
 done
 cp /tmp/hc/gate.json $ROOT/ 2>/dev/null  # carry it next time as .whl/gate.json
-tar czf $ROOT/all.tgz -C $ROOT --exclude=all.tgz . 2>/dev/null
+save_caches $ROOT  # and caches.tgz as .whl/caches.tgz (Triton's kernels, the gate, dispatch)
+tar czf $ROOT/all.tgz -C $ROOT --exclude=all.tgz --exclude=caches.tgz . 2>/dev/null
