@@ -160,54 +160,14 @@ def _fwht16(
 
 
 @triton.jit
-def _hla_quant_kernel(
-    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr,
-    G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel,
-    MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr, SAWB: tl.constexpr,
-    SIGNS: tl.constexpr, TRANSFORM: tl.constexpr,
-    ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
-    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
+def _kept(
+    y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15,
+    ROWS: tl.constexpr, RP: tl.constexpr,
 ):  # fmt: skip
-    """MODE 1: max-abs of the kept coefficients into ``amax_ptr`` (atomic max on int bits);
-    with SAWB also Σt², Σ|t| into ``stats_ptr`` (atomic fp32 adds). MODE 2: quantize with the
-    scale from MODE 1; codes ``[R, D]`` or (TRANS) ``[D, R]``, in the codes tensor's dtype."""
-    INV_Q: tl.constexpr = 1.0 / QMAX
-    pid_b = tl.program_id(0)
-    pid_d = tl.program_id(1)
-    g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    gmask = g < G
-    n = g // nb
-    bidx = g % nb
-    base = n.to(tl.int64) * stride_n
-    d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    dmask = d < D
-    a = (x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n)
-    y0 = _load_pos(*a, 0, PATCH, SIGNS)
-    y1 = _load_pos(*a, 1, PATCH, SIGNS)
-    y2 = _load_pos(*a, 2, PATCH, SIGNS)
-    y3 = _load_pos(*a, 3, PATCH, SIGNS)
-    y4 = _load_pos(*a, 4, PATCH, SIGNS)
-    y5 = _load_pos(*a, 5, PATCH, SIGNS)
-    y6 = _load_pos(*a, 6, PATCH, SIGNS)
-    y7 = _load_pos(*a, 7, PATCH, SIGNS)
-    y8 = _load_pos(*a, 8, PATCH, SIGNS)
-    y9 = _load_pos(*a, 9, PATCH, SIGNS)
-    y10 = _load_pos(*a, 10, PATCH, SIGNS)
-    y11 = _load_pos(*a, 11, PATCH, SIGNS)
-    y12 = _load_pos(*a, 12, PATCH, SIGNS)
-    y13 = _load_pos(*a, 13, PATCH, SIGNS)
-    y14 = _load_pos(*a, 14, PATCH, SIGNS)
-    y15 = _load_pos(*a, 15, PATCH, SIGNS)
-    # the stages of fwht_last: h = 1, 2, 4, 8; (j, j+h) -> (a+b, a-b). Without TRANSFORM
-    # (no HLA) the "coefficients" are the 16 positions themselves: the plain rows of x
-    if TRANSFORM:
-        y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15 = _fwht16(
-            y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15
-        )
+    """The kept coefficients of 16, slot k = rows[k] (``ROWS`` packed as in :func:`_pick`,
+    ``RP`` slots, a power of two), as one ``[BLOCK_B, BLOCK_D, RP]`` tile (to reshape):
+    joins interleave, so the leaves go in bit-reversed order."""
     ys = (y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15)
-    # the kept coefficients, slot k = rows[k], as one [BLOCK_B, BLOCK_D, RP] tile: joins
-    # interleave, so the leaves go in bit-reversed order
     if RP == 1:
         t = _pick(*ys, ROWS, 0)[:, :, None]
     elif RP == 2:
@@ -251,21 +211,84 @@ def _hla_quant_kernel(
                 ),
             ),
         )
+    return t
+
+
+@triton.jit
+def _tensor_stats(t, amax_ptr, stats_ptr, SAWB: tl.constexpr):
+    """A tile's share of the per-tensor scale: its max-abs into ``amax_ptr`` (atomic max on
+    the float's bits: NaN propagates; padded slots and masked positions hold zeros, which never
+    raise it), with SAWB also Σt², Σ|t| into ``stats_ptr`` (atomic fp32 adds)."""
+    bits = tl.abs(t).to(tl.int32, bitcast=True)
+    tl.atomic_max(amax_ptr, tl.max(tl.max(tl.max(bits, axis=2), axis=1), axis=0))
+    if SAWB:
+        tl.atomic_add(stats_ptr, tl.sum(tl.sum(tl.sum(t * t, axis=2), axis=1), axis=0))
+        tl.atomic_add(stats_ptr + 1, tl.sum(tl.sum(tl.sum(tl.abs(t), axis=2), axis=1), axis=0))
+
+
+@triton.jit
+def _tensor_scale(amax_ptr, stats_ptr, numel, SAWB: tl.constexpr, QMAX: tl.constexpr):
+    """The per-tensor scale from :func:`_tensor_stats`' words: max-abs / QMAX, or SAWB's."""
+    INV_Q: tl.constexpr = 1.0 / QMAX
+    amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
+    if SAWB:
+        scale = sawb_scale(amax, tl.load(stats_ptr), tl.load(stats_ptr + 1), numel, QMAX)
+    else:
+        scale = amax * INV_Q
+    return normal_scale(scale)
+
+
+@triton.jit
+def _hla_quant_kernel(
+    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr,
+    G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel,
+    MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr, SAWB: tl.constexpr,
+    SIGNS: tl.constexpr, TRANSFORM: tl.constexpr,
+    ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
+    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """MODE 1: max-abs of the kept coefficients into ``amax_ptr`` (atomic max on int bits);
+    with SAWB also Σt², Σ|t| into ``stats_ptr`` (atomic fp32 adds). MODE 2: quantize with the
+    scale from MODE 1; codes ``[R, D]`` or (TRANS) ``[D, R]``, in the codes tensor's dtype."""
+    pid_b = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    gmask = g < G
+    n = g // nb
+    bidx = g % nb
+    base = n.to(tl.int64) * stride_n
+    d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = d < D
+    a = (x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n)
+    y0 = _load_pos(*a, 0, PATCH, SIGNS)
+    y1 = _load_pos(*a, 1, PATCH, SIGNS)
+    y2 = _load_pos(*a, 2, PATCH, SIGNS)
+    y3 = _load_pos(*a, 3, PATCH, SIGNS)
+    y4 = _load_pos(*a, 4, PATCH, SIGNS)
+    y5 = _load_pos(*a, 5, PATCH, SIGNS)
+    y6 = _load_pos(*a, 6, PATCH, SIGNS)
+    y7 = _load_pos(*a, 7, PATCH, SIGNS)
+    y8 = _load_pos(*a, 8, PATCH, SIGNS)
+    y9 = _load_pos(*a, 9, PATCH, SIGNS)
+    y10 = _load_pos(*a, 10, PATCH, SIGNS)
+    y11 = _load_pos(*a, 11, PATCH, SIGNS)
+    y12 = _load_pos(*a, 12, PATCH, SIGNS)
+    y13 = _load_pos(*a, 13, PATCH, SIGNS)
+    y14 = _load_pos(*a, 14, PATCH, SIGNS)
+    y15 = _load_pos(*a, 15, PATCH, SIGNS)
+    # the stages of fwht_last: h = 1, 2, 4, 8; (j, j+h) -> (a+b, a-b). Without TRANSFORM
+    # (no HLA) the "coefficients" are the 16 positions themselves: the plain rows of x
+    if TRANSFORM:
+        y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15 = _fwht16(
+            y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15
+        )
+    t = _kept(y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, ROWS, RP)
     t = tl.reshape(t, [BLOCK_B, BLOCK_D, RP])
     if MODE == 1:
-        # padded slots and masked positions hold zeros: they never raise the max
-        bits = tl.abs(t).to(tl.int32, bitcast=True)
-        tl.atomic_max(amax_ptr, tl.max(tl.max(tl.max(bits, axis=2), axis=1), axis=0))
-        if SAWB:
-            tl.atomic_add(stats_ptr, tl.sum(tl.sum(tl.sum(t * t, axis=2), axis=1), axis=0))
-            tl.atomic_add(stats_ptr + 1, tl.sum(tl.sum(tl.sum(tl.abs(t), axis=2), axis=1), axis=0))
+        _tensor_stats(t, amax_ptr, stats_ptr, SAWB)
     else:
-        amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
-        if SAWB:
-            scale = sawb_scale(amax, tl.load(stats_ptr), tl.load(stats_ptr + 1), numel, QMAX)
-        else:
-            scale = amax * INV_Q
-        scale = normal_scale(scale)
+        scale = _tensor_scale(amax_ptr, stats_ptr, numel, SAWB, QMAX)
         if (pid_b == 0) & (pid_d == 0):
             tl.store(scale_ptr, scale)
         k = tl.arange(0, RP)

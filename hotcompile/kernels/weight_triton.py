@@ -33,15 +33,15 @@ import torch
 import triton
 import triton.language as tl
 
-from hotcompile.kernels.hla_triton import _fwht16, _ilv2, _load_pos, _pick
-from hotcompile.kernels.rounding import FP8, ROUNDING_CODES, codes, normal_scale, sawb_scale
+from hotcompile.kernels.hla_triton import _fwht16, _kept, _load_pos, _tensor_scale, _tensor_stats
+from hotcompile.kernels.rounding import FP8, ROUNDING_CODES, codes, normal_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, qmax
 
 #: default program tile: BLOCK_B blocks of 16 rows × BLOCK_D input channels
 BLOCK_B = 8
 BLOCK_D = 64
 #: every coefficient of a block kept, slot k = coefficient k (5 bits each; see ``_pick``)
-_ALL = sum(k << (5 * k) for k in range(16))
+_ALL = tl.constexpr(sum(k << (5 * k) for k in range(16)))
 
 
 @triton.jit
@@ -143,43 +143,12 @@ def _weight_operands_kernel(
     y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15 = _fwht16(
         y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15
     )
-    ys = (y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15)
-    t = _ilv2(
-        _ilv2(
-            _ilv2(
-                _ilv2(_pick(*ys, _ALL, 0), _pick(*ys, _ALL, 8)),
-                _ilv2(_pick(*ys, _ALL, 4), _pick(*ys, _ALL, 12)),
-            ),
-            _ilv2(
-                _ilv2(_pick(*ys, _ALL, 2), _pick(*ys, _ALL, 10)),
-                _ilv2(_pick(*ys, _ALL, 6), _pick(*ys, _ALL, 14)),
-            ),
-        ),
-        _ilv2(
-            _ilv2(
-                _ilv2(_pick(*ys, _ALL, 1), _pick(*ys, _ALL, 9)),
-                _ilv2(_pick(*ys, _ALL, 5), _pick(*ys, _ALL, 13)),
-            ),
-            _ilv2(
-                _ilv2(_pick(*ys, _ALL, 3), _pick(*ys, _ALL, 11)),
-                _ilv2(_pick(*ys, _ALL, 7), _pick(*ys, _ALL, 15)),
-            ),
-        ),
-    )
+    t = _kept(y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, _ALL, 16)
     t = tl.reshape(t, [BLOCK_B, BLOCK_D, 16])
     if MODE == 1:
-        bits = tl.abs(t).to(tl.int32, bitcast=True)
-        tl.atomic_max(amax_ptr, tl.max(tl.max(tl.max(bits, axis=2), axis=1), axis=0))
-        if SAWB:
-            tl.atomic_add(stats_ptr, tl.sum(tl.sum(tl.sum(t * t, axis=2), axis=1), axis=0))
-            tl.atomic_add(stats_ptr + 1, tl.sum(tl.sum(tl.sum(tl.abs(t), axis=2), axis=1), axis=0))
+        _tensor_stats(t, amax_ptr, stats_ptr, SAWB)
     else:
-        amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
-        if SAWB:
-            scale = sawb_scale(amax, tl.load(stats_ptr), tl.load(stats_ptr + 1), numel, QMAX)
-        else:
-            scale = amax * (1.0 / QMAX)
-        scale = normal_scale(scale)
+        scale = _tensor_scale(amax_ptr, stats_ptr, numel, SAWB, QMAX)
         if (pid_b == 0) & (pid_d == 0):
             tl.store(hq_scale_ptr, scale)
         k = tl.arange(0, 16)
