@@ -18,12 +18,12 @@ input channels; the butterfly, the kept coefficients' order and the rounding are
 :mod:`hotcompile.kernels.hla_triton`'s (``hla_quantize`` with every row kept is HQ's weight
 quantizer today), so HQ's codes are the same bits. ``ROUND_BF16``: the values are rounded to
 bfloat16 in registers as they are loaded (autocast's copy, ties to even as torch's cast, by
-the float's bits),
-so the fp32 parameter is read without its bf16 copy being written. The reference is the two
-quantizers one after the other (``tests/test_kernels_interpret.py`` checks every bit through
-Triton's interpreter, ``tests/test_weight_operands_gpu.py`` on CUDA). The compiled step calls
-it through :func:`hotcompile.lowering.hot.weight_operands` (a ``triton_op``). Written without
-a GPU at hand (session 25): its time against the three passes it replaces is
+the float's bits), so the fp32 parameter is read without its bf16 copy being written. The
+reference is the two quantizers one after the other (``tests/test_kernels_interpret.py``
+checks every bit through Triton's interpreter and compiles it for sm_90;
+``tests/test_weight_operands_gpu.py`` on CUDA). The compiled step calls it through
+:func:`hotcompile.lowering.hot.weight_operands` (a ``triton_op``). Written without a GPU at
+hand (session 25): its time against the three passes it replaces is
 ``experiments/weight_operands.py``'s to measure.
 """
 
