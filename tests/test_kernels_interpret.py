@@ -216,6 +216,24 @@ def test_interpreted_kernels_match_reference_bit_exactly():
     assert done == total, out.stdout
 
 
+def _run_script(path, source: str, interpret: bool) -> str:
+    """Run ``source`` as the file ``path`` in a fresh Python (a file, not ``-c``:
+    ``triton.jit`` reads a kernel's source), under Triton's interpreter or not; its stdout."""
+    path.write_text(source)
+    env = {**os.environ, "TRITON_INTERPRET": "1" if interpret else "0"}
+    out = subprocess.run(
+        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def _all_of_them(stdout: str) -> None:
+    """The script's last word is ``passed/total``: every case passed."""
+    done, total = stdout.split()[-1].split("/")
+    assert done == total, stdout
+
+
 E4M3 = textwrap.dedent("""
     import torch
     import triton
@@ -246,15 +264,7 @@ def test_interpreted_fp8_codes_round_like_torchs_e4m3_cast(tmp_path):
     """The FP8 rounding of ``rounding.codes`` on every e4m3 value, every midpoint between two
     (ties to even) and values just off them: equal to torch's cast (a file, not ``-c``:
     ``triton.jit`` reads the kernel's source)."""
-    script = tmp_path / "e4m3_check.py"
-    script.write_text(E4M3)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    done, total = out.stdout.split()[-1].split("/")
-    assert done == total, out.stdout
+    _all_of_them(_run_script(tmp_path / "e4m3_check.py", E4M3, interpret=True))
 
 
 WEIGHT_OPERANDS = textwrap.dedent("""
@@ -295,15 +305,7 @@ def test_interpreted_weight_operands_are_hq_and_the_fp8_copy_bit_exactly(tmp_pat
     (HQ's weight quantizer) and the rowwise e4m3 copy and row scales as ``quantize``, from
     the fp32 weight or its bf16 rounding (ties to even, infinity and NaN as torch's cast),
     for INT4 SAWB, INT8 and FP8 HQ codes."""
-    script = tmp_path / "weight_operands_check.py"
-    script.write_text(WEIGHT_OPERANDS)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    done, total = out.stdout.split()[-1].split("/")
-    assert done == total, out.stdout
+    _all_of_them(_run_script(tmp_path / "weight_operands_check.py", WEIGHT_OPERANDS, True))
 
 
 def test_fp8_hq_tiles_follow_the_measured_rule():
@@ -354,8 +356,5 @@ def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
     bundled = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     if not bundled.exists() and shutil.which("ptxas") is None:
         pytest.skip("no ptxas here (Triton's wheel bundles one)")
-    script = tmp_path / "aot_check.py"
-    script.write_text(AOT_HOPPER)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[-1] == "4/4", out.stdout
+    out = _run_script(tmp_path / "aot_check.py", AOT_HOPPER, interpret=False)
+    assert out.split()[-1] == "4/4", out
