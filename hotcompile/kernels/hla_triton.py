@@ -239,6 +239,30 @@ def _tensor_scale(amax_ptr, stats_ptr, numel, SAWB: tl.constexpr, QMAX: tl.const
 
 
 @triton.jit
+def _tensor_codes(
+    t, g, gmask, d, dmask, pid_b, pid_d, codes_ptr, scale_ptr, amax_ptr, stats_ptr,
+    D, R, seed, numel,
+    SAWB: tl.constexpr, TRANS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
+    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+):  # fmt: skip
+    """The codes of a ``[BLOCK_B, BLOCK_D, RP]`` tile (slot k of block g is row ``g·NR + k``,
+    slots ≥ NR padding) with the per-tensor scale of :func:`_tensor_scale`, stored ``[R, D]``
+    or (TRANS) ``[D, R]``; the scale itself by the first program."""
+    scale = _tensor_scale(amax_ptr, stats_ptr, numel, SAWB, QMAX)
+    if (pid_b == 0) & (pid_d == 0):
+        tl.store(scale_ptr, scale)
+    k = tl.arange(0, RP)
+    row = g[:, None, None] * NR + k[None, None, :]  # [BLOCK_B, 1, RP]
+    mask = gmask[:, None, None] & dmask[None, :, None] & (k < NR)[None, None, :]
+    if TRANS:
+        offs = d[None, :, None].to(tl.int64) * R + row
+    else:
+        offs = row.to(tl.int64) * D + d[None, :, None]
+    c = codes(t, scale, offs.to(tl.int32), seed, ROUNDING, QMAX, PM)
+    tl.store(codes_ptr + offs, c.to(codes_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _hla_quant_kernel(
     x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr,
     G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel,
@@ -288,18 +312,10 @@ def _hla_quant_kernel(
     if MODE == 1:
         _tensor_stats(t, amax_ptr, stats_ptr, SAWB)
     else:
-        scale = _tensor_scale(amax_ptr, stats_ptr, numel, SAWB, QMAX)
-        if (pid_b == 0) & (pid_d == 0):
-            tl.store(scale_ptr, scale)
-        k = tl.arange(0, RP)
-        row = g[:, None, None] * NR + k[None, None, :]  # [BLOCK_B, 1, RP]
-        mask = gmask[:, None, None] & dmask[None, :, None] & (k < NR)[None, None, :]
-        if TRANS:
-            offs = d[None, :, None].to(tl.int64) * R + row
-        else:
-            offs = row.to(tl.int64) * D + d[None, :, None]
-        c = codes(t, scale, offs.to(tl.int32), seed, ROUNDING, QMAX, PM)
-        tl.store(codes_ptr + offs, c.to(codes_ptr.dtype.element_ty), mask=mask)
+        _tensor_codes(
+            t, g, gmask, d, dmask, pid_b, pid_d, codes_ptr, scale_ptr, amax_ptr, stats_ptr,
+            D, R, seed, numel, SAWB, TRANS, NR, RP, ROUNDING, QMAX, PM,
+        )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- host code

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hotcompile.kernels.hla_triton import _fwht16, _kept, _load_pos, _tensor_scale, _tensor_stats
+from hotcompile.kernels.hla_triton import _fwht16, _kept, _load_pos, _tensor_codes, _tensor_stats
 from hotcompile.kernels.rounding import FP8, ROUNDING_CODES, codes, normal_scale
 from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, qmax
 
@@ -147,16 +147,11 @@ def _weight_operands_kernel(
     t = tl.reshape(t, [BLOCK_B, BLOCK_D, 16])
     if MODE == 1:
         _tensor_stats(t, amax_ptr, stats_ptr, SAWB)
-    else:
-        scale = _tensor_scale(amax_ptr, stats_ptr, numel, SAWB, QMAX)
-        if (pid_b == 0) & (pid_d == 0):
-            tl.store(hq_scale_ptr, scale)
-        k = tl.arange(0, 16)
-        row = g[:, None, None] * 16 + k[None, None, :]
-        mask = gmask[:, None, None] & dmask[None, :, None]
-        offs = d[None, :, None].to(tl.int64) * R + row
-        c = codes(t, scale, offs.to(tl.int32), seed, ROUNDING, QMAX, PM)
-        tl.store(hq_ptr + offs, c.to(hq_ptr.dtype.element_ty), mask=mask)
+    else:  # K-major [I, R], as hla_quantize writes HQ's weight operand
+        _tensor_codes(
+            t, g, gmask, d, dmask, pid_b, pid_d, hq_ptr, hq_scale_ptr, amax_ptr, stats_ptr,
+            I, R, seed, numel, SAWB, True, 16, 16, ROUNDING, QMAX, PM,
+        )  # fmt: skip
 
 
 def weight_operands(
