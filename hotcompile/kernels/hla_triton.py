@@ -393,6 +393,23 @@ def hla_quantize(
     )  # fmt: skip
 
 
+def quantizer_constexprs(
+    bits: int, rounding: str, sawb: bool, block_b: int, block_d: int, num_warps: int
+) -> dict:
+    """The launch arguments of a per-tensor quantizer kernel's codes (``_tensor_stats`` /
+    ``_tensor_codes``): SAWB (4-bit only), the rounding, the largest code, the pseudo-random
+    bits, the tile and the warps."""
+    return dict(
+        SAWB=sawb and bits == 4,
+        ROUNDING=ROUNDING_CODES[rounding],
+        QMAX=int(FP8_MAX) if rounding == FP8_E4M3 else qmax(bits),
+        PM=PSEUDO_BITS[bits],
+        BLOCK_B=block_b,
+        BLOCK_D=block_d,
+        num_warps=num_warps,
+    )
+
+
 def launch_hla_quantize(
     kernel,
     x: torch.Tensor,
@@ -422,7 +439,6 @@ def launch_hla_quantize(
     ``words[0]`` already holds x's max-abs bits (HQ's kernel took them from the same g_y), so
     only the codes pass runs (H100: 78 vs 131 µs over an 8192² g_y,
     ``experiments/results/plain_codes_pass_h100.md``)."""
-    fp8 = rounding == FP8_E4M3
     N, S, D = x.shape
     nb, H, W, nbw = hla_rows_count(S, grid_w)
     transform = len(rows) > 0
@@ -451,18 +467,12 @@ def launch_hla_quantize(
     common = dict(
         TRANS=transposed,
         PATCH=grid_w > 0,
-        SAWB=sawb and bits == 4,
         SIGNS=signs is not None,
         TRANSFORM=transform,
         ROWS=packed,
         NR=nr,
         RP=rp,
-        ROUNDING=ROUNDING_CODES[rounding],
-        QMAX=int(FP8_MAX) if fp8 else qmax(bits),
-        PM=PSEUDO_BITS[bits],
-        BLOCK_B=block_b,
-        BLOCK_D=block_d,
-        num_warps=num_warps,
+        **quantizer_constexprs(bits, rounding, sawb, block_b, block_d, num_warps),
     )
     if not amax_given:
         kernel[grid](*args, MODE=1, **common)

@@ -33,9 +33,16 @@ import torch
 import triton
 import triton.language as tl
 
-from hotcompile.kernels.hla_triton import _fwht16, _kept, _load_pos, _tensor_codes, _tensor_stats
+from hotcompile.kernels.hla_triton import (
+    _fwht16,
+    _kept,
+    _load_pos,
+    _tensor_codes,
+    _tensor_stats,
+    quantizer_constexprs,
+)
 from hotcompile.kernels.rounding import FP8, ROUNDING_CODES, codes, normal_scale
-from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, qmax
+from hotcompile.quant import FP8_E4M3
 
 #: default program tile: BLOCK_B blocks of 16 rows × BLOCK_D input channels
 BLOCK_B = 8
@@ -190,7 +197,6 @@ def weight_operands(
     hq_scale = torch.empty((1,), dtype=torch.float32, device=w.device)
     w8 = torch.empty((O, I), dtype=torch.float8_e4m3fn, device=w.device)
     w_scale = torch.empty((O,), dtype=torch.float32, device=w.device)
-    fp8 = rounding == FP8_E4M3
     block_d = min(block_d, triton.next_power_of_2(I))
     grid = (triton.cdiv(G, block_b), triton.cdiv(I, block_d))
     args = (
@@ -198,14 +204,8 @@ def weight_operands(
         G, O, I, R, 0, float(R * I),
     )  # fmt: skip
     common = dict(
-        SAWB=sawb and bits == 4,
         ROUND_BF16=round_bf16 and w.dtype != torch.bfloat16,
-        ROUNDING=ROUNDING_CODES[rounding],
-        QMAX=int(FP8_MAX) if fp8 else qmax(bits),
-        PM=PSEUDO_BITS[bits],
-        BLOCK_B=block_b,
-        BLOCK_D=block_d,
-        num_warps=num_warps,
+        **quantizer_constexprs(bits, rounding, sawb, block_b, block_d, num_warps),
     )
     kernel = kernel or _weight_operands_kernel
     kernel[grid](*args, MODE=1, **common)
