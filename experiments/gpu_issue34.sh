@@ -34,9 +34,9 @@
 # (the gate times every shape), so a call holds ~4 HOT variants; the gate's cache and Triton's
 # kernels now come back as caches.tgz: carry it as .whl/caches.tgz in the calls after the
 # first (cp /work/.device/N/caches.tgz .whl/).
-# Next, in this order: (1) weights (the fused weight operands' time against today's: does the
-# kernel pay, ~1.5 min) + profile (hot_fp8 vs torchao, the speed target's open question) +
-# newtests (the reworded SwiGLU-codes test); (2) LEAN=inductor,hot_fp8,hot_fp8_swiglu,
+# Next, in this order: (1) `WDEADLINE=150 TDEADLINE=330 ... weights newtests profile` (parts run
+# in the order given, deadlines count from the call's start): does the fused weight kernel
+# pay (~1.5 min); the new GPU tests; hot_fp8 vs torchao kernel by kernel; (2) LEAN=inductor,hot_fp8,hot_fp8_swiglu,
 # hot_fp8_lean,torchao_float8 (the fused derivation of down's codes); (3) vitl with
 # VITL=inductor,hot,hot_fp8,torchao_float8 (the gate's new charge for the FP8 forward
 # alone); (4) MODELS=llama8b llamas; (5) fsdp2 on nvidia-h200-x2.
