@@ -36,11 +36,10 @@ def test_table_rows_come_from_one_run_each():
     tool = _tool()
     runs = tool.load_runs()
     for model, label, _ in tool.MODELS:
-        device = tool.model_device(runs, model)
-        for row in tool.ROWS:
+        device, picks = tool.model_picks(runs, model)  # what the table and the plot show
+        for row, picked in picks:
             if row.variant is None:
                 continue
-            picked = tool.pick_run(runs, model, row.variant, device)
             if picked is None:  # said once under the table, with the model
                 note = next(ln for ln in tool.table().splitlines() if ln.startswith("Not measured"))
                 assert row.missing in note and label in note

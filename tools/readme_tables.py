@@ -130,15 +130,34 @@ def pick_run(
 
 
 def model_device(runs: list[tuple[Path, dict[str, Any]]], model: str) -> str | None:
-    """The GPU a model's rows all come from: the one of the run its first measured row (the
-    baseline's own) would take next to the default ``hot``. Why: a row's ratios are against
-    its own run's inductor, but a reader compares rows down the table, and an H200's
-    inductor step beside an H100's HOT step reads as a speed-up neither run measured."""
+    """The GPU a model's rows all come from: that of the run the default (``hot``) row would
+    take on any GPU, else of the first row any run measured. Why: a row's ratios are against
+    its own run's inductor, but a reader compares rows down the table (and points across a
+    plot's panel), and an H200's inductor step beside an H100's HOT step reads as a speed-up
+    neither run measured."""
     for variant in ("hot", *(r.variant for r in ROWS if r.variant)):
         picked = pick_run(runs, model, variant)
         if picked is not None:
             return picked[1].get("device")
     return None
+
+
+def model_picks(
+    runs: list[tuple[Path, dict[str, Any]]], model: str
+) -> tuple[str | None, list[tuple[Row, tuple[Path, dict[str, Any], dict[str, Any]] | None]]]:
+    """``model``'s GPU (:func:`model_device`) and, for each of :data:`ROWS`, the run that fills
+    it on that GPU (None: no committed run measured it there, or the row has no variant yet):
+    what the table and the plot both show."""
+    device = model_device(runs, model)
+    return device, [
+        (row, pick_run(runs, model, row.variant, device) if row.variant else None) for row in ROWS
+    ]
+
+
+def _gpu_name(device: str | None) -> str:
+    """The short name of a run's ``device`` ("NVIDIA H100 80GB HBM3" -> "H100")."""
+    words = (device or "?").split()
+    return words[1] if len(words) > 1 and words[0] == "NVIDIA" else words[0]
 
 
 def _gib(n: int) -> float:
@@ -170,9 +189,7 @@ def table(runs_dir: Path = RUNS_DIR) -> str:
     used: dict[Path, dict[str, Any]] = {}
     missing: dict[str, list[str]] = {}  # what no committed run measured, said once below
     for model, model_label, _ in MODELS:
-        device = model_device(runs, model)
-        for row in ROWS:
-            picked = pick_run(runs, model, row.variant, device) if row.variant else None
+        for row, picked in model_picks(runs, model)[1]:
             if picked is None:
                 missing.setdefault(f"{row.label} ({row.missing})", []).append(model_label)
                 continue
@@ -239,8 +256,8 @@ def plot(path: Path, runs_dir: Path = RUNS_DIR) -> None:
     fig, axes = plt.subplots(1, len(MODELS), figsize=(3.2 * len(MODELS), 3.8), sharey=True)
     for ax, (model, label, _) in zip(axes, MODELS, strict=True):
         used: set[str] = set()
-        for row in ROWS:
-            picked = pick_run(runs, model, row.variant) if row.variant else None
+        device, picks = model_picks(runs, model)
+        for row, picked in picks:
             if picked is None or row.variant not in PLOT_NAMES:
                 continue
             path_, _, entry = picked
@@ -255,7 +272,7 @@ def plot(path: Path, runs_dir: Path = RUNS_DIR) -> None:
         ax.axhline(1.0, color="grey", lw=0.5)
         ax.axvline(1.0, color="grey", lw=0.5)
         runs_used = ", ".join(sorted(used, key=lambda r: (len(r), r)))
-        ax.set_title(f"{label}\n(H100; run {runs_used})", fontsize=10)
+        ax.set_title(f"{label}\n({_gpu_name(device)}; run {runs_used})", fontsize=10)
         ax.set_xlim(0.6, 1.15)
         ax.set_ylim(0.6, 1.25)
     axes[0].set_ylabel("speed / inductor's (higher is better)")
