@@ -349,7 +349,7 @@ def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
     from hotcompile.lowering import hot as native
 
     calls = []
-    real = native.weight_operands
+    real, together_rule = native.weight_operands, autograd._weight_operands_together
 
     def counted(*args):
         calls.append(args[0].shape)
@@ -365,8 +365,8 @@ def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
     for autocast in (True, False):
         results = []
         for together in (True, False):
-            if not together:
-                monkeypatch.setattr(autograd, "_weight_operands_together", lambda *a: False)
+            rule = together_rule if together else lambda *a: False
+            monkeypatch.setattr(autograd, "_weight_operands_together", rule)
             calls.clear()
             xs, ws, bs = (t.clone().requires_grad_() for t in (x3, w, b))
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -374,7 +374,5 @@ def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
             y.backward(gy.to(y.dtype))
             assert len(calls) == (1 if together else 0), calls
             results.append((y.detach(), xs.grad, ws.grad, bs.grad))
-            monkeypatch.undo()
-            monkeypatch.setattr(native, "weight_operands", counted)
         for a, b_ in zip(*results):
             torch.testing.assert_close(a, b_, rtol=0, atol=0)

@@ -252,12 +252,12 @@ def weight_operands(
     registers (:mod:`hotcompile.kernels.weight_triton`: ~10 bytes a parameter where the two
     quantizers apart took ~16, the bf16 copy written and read); elsewhere, and for a dtype
     it does not round to, the two quantizers one after the other — the same bits."""
-    fp8 = gx_codes_fp8(w.shape[1], bits, rounding, w.device) or rounding == FP8_E4M3
     fused = use_triton(w) and (
         (w.dtype == torch.float32 and dtype in (torch.float32, torch.bfloat16))
         or (w.dtype == torch.bfloat16 and dtype == torch.bfloat16)
     )
-    if fused:
+    if fused:  # weight_codes' and quantize_weight's arguments of HQ's kernel
+        fp8 = gx_codes_fp8(w.shape[1], bits, rounding, w.device) or rounding == FP8_E4M3
         hq_rounding, scale_mode = hq_weight_quantizer(rounding, weight_scale)
         sawb = scale_mode == "sawb" and bits == 4
         round_bf16 = w.dtype != dtype
