@@ -15,11 +15,13 @@ if [ -f .whl/gate.json ]; then mkdir -p /tmp/hc && cp .whl/gate.json /tmp/hc/; f
 # of an earlier call, carried as .whl/caches.tgz (a driver writes it with save_caches): a HOT
 # variant compiled for 80-146 s on a bare machine (session 25), mostly Triton JIT and timing
 export TRITON_CACHE_DIR=/tmp/triton_cache
+# (or, since session 26, as xz parts .whl/caches.txz.aa, .ab, ...: one file came to just over the
+# 16-MiB limit on a returned file as gzip)
 if [ -f .whl/caches.tgz ]; then tar xzf .whl/caches.tgz -C / 2>/dev/null; fi
-save_caches() {  # $1: where; skipped above the 16-MiB limit on a returned file
-  tar czf /tmp/caches.tgz -C / tmp/hc tmp/triton_cache 2>/dev/null
-  if [ $(stat -c %s /tmp/caches.tgz) -lt 16000000 ]; then cp /tmp/caches.tgz $1/; else
-    echo "caches.tgz $(stat -c %s /tmp/caches.tgz) bytes: too large to return"; fi
+if ls .whl/caches.txz.* >/dev/null 2>&1; then cat .whl/caches.txz.* | tar xJf - -C / 2>/dev/null; fi
+save_caches() {  # $1: where; xz parts of 15 MB (a returned file's limit is 16 MiB)
+  tar cf - -C / tmp/hc tmp/triton_cache 2>/dev/null | xz -T0 -6 | split -b 15000000 - $1/caches.txz.
+  echo "caches: $(cat $1/caches.txz.* | wc -c) bytes in $(ls $1/caches.txz.* | wc -l) part(s)"
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
 T0=$(date +%s)

@@ -19,7 +19,8 @@
 #          inductor and torchao tensorwise (MODELS=llama8b for the other Llama; VARIANTS=...
 #          e.g. with hot_fp8_tensorwise_swiglu once the two halves are known).
 # weights: experiments/weight_operands.py: the weight's HQ codes and FP8 copy from one pair of
-#          passes (hotcompile/kernels/weight_triton.py) against today's three, per shape.
+#          passes (hotcompile/kernels/weight_triton.py) against today's three, per shape
+#          (WARGS="--sweep --deadline 90": the kernel's tiles instead).
 # vitl:    ViT-L/16: inductor / hot_fp8 (the gate's fp8_forward path, new after run 41) /
 #          torchao tensorwise.
 # profile: the Llama's hot_fp8 and torchao tensorwise with --profile 3: which kernels differ.
@@ -32,8 +33,8 @@
 # Session 25 (H200 only, 3 calls): newtests + lean (run 42), lean + vitl (runs 43-44), acc
 # (tools/results/fp8_forward_h200.md). A HOT variant compiles for 80-146 s on a bare machine
 # (the gate times every shape), so a call holds ~4 HOT variants; the gate's cache and Triton's
-# kernels now come back as caches.tgz: carry it as .whl/caches.tgz in the calls after the
-# first (cp /work/.device/N/caches.tgz .whl/).
+# kernels now come back as xz parts caches.txz.*: carry them in .whl in the calls after the
+# first (cp /work/.device/N/caches.txz.* .whl/; gate.json likewise).
 # Next, in this order: (1) `WDEADLINE=150 TDEADLINE=330 ... weights newtests profile` (parts run
 # in the order given, deadlines count from the call's start): does the fused weight kernel
 # pay (~1.5 min); the new GPU tests; hot_fp8 vs torchao kernel by kernel; (2) LEAN=inductor,hot_fp8,hot_fp8_swiglu,
@@ -70,7 +71,7 @@ if [ "$part" = newtests ]; then
   wait; for f in fp8 lowering weights; do echo "== $f:"; grep -E "passed|failed|rror" $OUT/$f.log | tail -6; done
 elif [ "$part" = weights ]; then
   # the fused weight operands (hotcompile/kernels/weight_triton.py) against today's passes
-  timeout $(left ${WDEADLINE:-150}) python3 experiments/weight_operands.py \
+  timeout $(left ${WDEADLINE:-150}) python3 experiments/weight_operands.py $WARGS \
     --out $OUT/weight_operands.md > $OUT/weights.log 2>&1; echo "weights rc=$?"; cat $OUT/weights.log | tail -16
 elif [ "$part" = tests ]; then
   # all four in parallel (each compiles more than it runs), each cut at DEADLINE s
@@ -105,5 +106,8 @@ elif [ "$part" = fsdp2 ]; then
 fi
 done
 cp /tmp/hc/gate.json $ROOT/ 2>/dev/null  # carry it next time as .whl/gate.json
-save_caches $ROOT  # and caches.tgz as .whl/caches.tgz (Triton's kernels, the gate, dispatch)
-tar czf $ROOT/all.tgz -C $ROOT --exclude=all.tgz --exclude=caches.tgz . 2>/dev/null
+save_caches $ROOT  # and caches.txz.* into .whl (Triton's kernels, the gate, dispatch)
+tar czf $ROOT/all.tgz -C $ROOT --exclude=all.tgz --exclude='caches.t*' . 2>/dev/null
+# at most 8 files come back: all.tgz, gate.json and the caches' parts (the rest is in all.tgz)
+find $ROOT -mindepth 1 -maxdepth 1 ! -name all.tgz ! -name gate.json ! -name 'caches.t*' \
+  -exec rm -rf {} +

@@ -9,6 +9,11 @@ graphs at the benchmark Llamas' weight shapes, checks that they give the same bi
 the step's share (each shape × its count in the model).
 
     python3 experiments/weight_operands.py [--out experiments/results/weight_operands_h200.md]
+    python3 experiments/weight_operands.py --sweep [--deadline 120]   # the kernel's tiles
+
+Session 26 (H200): today's passes 3.13 ms a step on the 0.67B Llama, the fused kernel at its
+first tile (8 blocks of 16 rows × 64 channels, 4 warps) 3.44; on the 8B widths 2.97 → 2.28.
+``--sweep`` times the kernel at other tiles per shape, to pick its launch by shape.
 
 The compiled step takes the kernel (``autograd._weight_operands_together``), wired before any
 GPU timed it (session 25 had no device time left): if this shows it slower, that function
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import time
 
 import torch
 
@@ -54,10 +60,65 @@ def fused(w: torch.Tensor):
     return weight_operands(w, 8, FP8_E4M3, False, torch.float8_e4m3fn, True)
 
 
+#: (BLOCK_B blocks of 16 rows, BLOCK_D channels, warps) tried by --sweep; the first is today's
+TILES = (
+    (8, 64, 4), (8, 64, 8), (4, 64, 4), (4, 128, 4), (4, 128, 8), (2, 128, 4), (2, 256, 4),
+    (8, 32, 4), (16, 32, 4), (4, 32, 2), (16, 64, 8), (1, 256, 2), (2, 64, 2), (1, 128, 1),
+)  # fmt: skip
+
+
+def sweep(deadline: float) -> list[str]:
+    """Each shape's time at each tile of TILES (until ``deadline`` s), the fastest marked."""
+    t0 = time.monotonic()
+    head = " | ".join(f"{b}×{d}/{nw}" for b, d, nw in TILES)
+    lines = [
+        "| model | layer | O × I | today µs | " + head + " | best |",
+        "|---|---|---|---|" + "---|" * (len(TILES) + 1),
+    ]
+    compiled = torch.compile(today)
+    for model, layer, O, I, _ in SHAPES:
+        w = torch.randn(O, I, device="cuda")
+        ref = fused(w)
+        cells, times = [], {}
+        for b, d, nw in TILES:
+            if time.monotonic() - t0 > deadline:
+                cells.append("—")
+                continue
+            out = weight_operands(w, 8, FP8_E4M3, False, torch.float8_e4m3fn, True, None, b, d, nw)
+            same = all(torch.equal(x.float(), y.float()) for x, y in zip(ref, out))
+            times[(b, d, nw)] = us = gate._graph_us(
+                lambda w=w, b=b, d=d, nw=nw: weight_operands(
+                    w, 8, FP8_E4M3, False, torch.float8_e4m3fn, True, None, b, d, nw
+                )
+            )
+            cells.append(f"{us:.1f}" + ("" if same else " (bits differ)"))
+        t_today = gate._graph_us(lambda w=w: compiled(w))
+        best = min(times, key=times.get) if times else None
+        lines.append(
+            f"| {model} | {layer} | {O} × {I} | {t_today:.1f} | "
+            + " | ".join(cells)
+            + (f" | {best[0]}×{best[1]}/{best[2]}: {times[best]:.1f} |" if best else " | — |")
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=pathlib.Path, help="also write the markdown table here")
+    p.add_argument("--sweep", action="store_true", help="time the kernel's tiles (TILES)")
+    p.add_argument("--deadline", type=float, default=120.0, help="--sweep's time limit, s")
     a = p.parse_args(argv)
+    if a.sweep:
+        lines = [
+            f"# weight_operands' tiles ({torch.cuda.get_device_name()}, torch "
+            f"{torch.__version__}): µs per call, BLOCK_B×BLOCK_D/warps",
+            "",
+            *sweep(a.deadline),
+        ]
+        if a.out:
+            a.out.write_text("\n".join(lines) + "\n")
+        return 0
     compiled = torch.compile(today)
     lines = [
         f"# weight_operands vs today's weight passes ({torch.cuda.get_device_name()}, torch "
