@@ -27,8 +27,10 @@
 # acc:     the ~127M HF Llama on bytes, ACC (default "bf16 hot_fp8") x 3 seeds, one process
 #          each (6 at once: ~250 s each on an H200 beside 6 others); ACC="hot torchao_fp8"
 #          for the other two.
-# fsdp2:   tools/bench_distributed.py --wrapper fsdp2 on 2 GPUs, inductor / hot / hot_fp8 /
-#          torchao_float8, 200 steps.
+# fsdp2:   tools/bench_distributed.py --wrapper fsdp2 on 2 GPUs, FSDP (default inductor / hot /
+#          hot_fp8 / torchao_float8), 200 steps, cut at FDEADLINE s.
+# pair:    on nvidia-h200-x2, two single-GPU benches at once: GPU0="model:variants" (default
+#          the 8B widths) and GPU1=... (default ViT-L/16), cut at DEADLINE s.
 #
 # Session 25 (H200 only, 3 calls): newtests + lean (run 42), lean + vitl (runs 43-44), acc
 # (tools/results/fp8_forward_h200.md). A HOT variant compiles for 80-146 s on a bare machine
@@ -100,9 +102,20 @@ elif [ "$part" = acc ]; then
   done; done
   wait; grep -h -E "seed [0-9]:" $OUT/log_*.txt
 elif [ "$part" = fsdp2 ]; then
-  timeout $(left 580) torchrun --nproc-per-node 2 tools/bench_distributed.py --wrapper fsdp2 \
-    --models llama --variants inductor hot hot_fp8 torchao_float8 --steps 200 --out $OUT/dist \
-    > $OUT/dist.log 2>&1; echo "dist rc=$?"; tail -20 $OUT/dist.log
+  timeout $(left ${FDEADLINE:-580}) torchrun --nproc-per-node 2 tools/bench_distributed.py \
+    --wrapper fsdp2 --models llama --variants ${FSDP:-inductor hot hot_fp8 torchao_float8} \
+    --steps 200 --out $OUT/dist > $OUT/dist.log 2>&1; echo "dist rc=$?"; tail -20 $OUT/dist.log
+elif [ "$part" = pair ]; then
+  # on nvidia-h200-x2: two single-GPU benches side by side, GPU 0 on GPU0 (default the 8B
+  # widths), GPU 1 on GPU1 (default ViT-L/16), each cut at DEADLINE s since the start
+  i=0; for spec in "${GPU0:-llama8b:inductor,hot_fp8,torchao_float8,hot}" \
+                   "${GPU1:-vit_l16:inductor,hot_fp8,torchao_float8}"; do
+    CUDA_VISIBLE_DEVICES=$i timeout $(left ${DEADLINE:-580}) python3 tools/bench_train.py \
+      --no-progress --isolate --profile 0 --steps 10 --models ${spec%%:*} \
+      --variants ${spec#*:} --out $OUT/gpu$i > $OUT/gpu$i.log 2>&1 &
+    i=$((i+1))
+  done; wait
+  for i in 0 1; do echo "== GPU $i"; grep -E "^\| (inductor|hot|torchao)" $OUT/gpu$i/bench_train.md; done
 fi
 done
 cp /tmp/hc/gate.json $ROOT/ 2>/dev/null  # carry it next time as .whl/gate.json

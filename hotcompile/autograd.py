@@ -498,11 +498,13 @@ def _weight_operands_together(spec: LayerSpec, x, weight, w_cast) -> bool:
     """Whether the forward makes W's FP8 copy and HQ's codes of W in one pair of passes
     (:func:`hotcompile.lowering.hot.weight_operands`): a rowwise FP8 forward that runs the
     FP8 GEMM, both operands of W as that GEMM reads it (HQ's codes of the autocast copy, or of
-    W itself outside autocast, when that is the FP8 copy's dtype too)."""
+    W itself outside autocast, when that is the FP8 copy's dtype too), and a weight whose
+    shape the fused pass was measured to pay for (``native.weight_operands_pay``)."""
     return (
         spec.forward == "fp8_rowwise"
         and fp8.takes_gemm(x, weight)
         and (w_cast or weight.dtype) == fp8.out_dtype(x)
+        and native.weight_operands_pay(weight.shape)
     )
 
 

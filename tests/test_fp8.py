@@ -356,6 +356,7 @@ def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
         return real(*args)
 
     monkeypatch.setattr(native, "weight_operands", counted)
+    monkeypatch.setattr(native, "weight_operands_pay", lambda shape: True)  # a small W
     x, w, b = _data()
     x3 = x.reshape(2, 20, 64)
     gy = torch.randn(2, 20, 48, generator=torch.Generator().manual_seed(1))
@@ -376,3 +377,14 @@ def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
             results.append((y.detach(), xs.grad, ws.grad, bs.grad))
         for a, b_ in zip(*results):
             torch.testing.assert_close(a, b_, rtol=0, atol=0)
+
+
+def test_weights_operands_are_made_together_where_measured_to_pay():
+    """The fused weight pass is taken by W's shape as measured on an H200: long rows (the
+    Llamas' down projection, every 8B-wide weight) together, short rows (2048 inputs: q/k/v/o
+    and gate/up of the 2048-wide Llama) apart, where the passes apart were faster."""
+    from hotcompile.lowering import hot as native
+
+    assert native.weight_operands_pay((2048, 8192)) and native.weight_operands_pay((14336, 4096))
+    assert not native.weight_operands_pay((8192, 2048))
+    assert not native.weight_operands_pay((2048, 2048))

@@ -325,7 +325,7 @@ AOT_HOPPER = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from hotcompile.kernels.weight_triton import _weight_operands_kernel
+    from hotcompile.kernels.weight_triton import BLOCK_B, BLOCK_D, _weight_operands_kernel
 
     sig = {"w_ptr": "*fp32", "hq_ptr": "*fp8e4nv", "hq_scale_ptr": "*fp32", "amax_ptr": "*i32",
            "stats_ptr": "*fp32", "rmax_ptr": "*i32", "fp8_ptr": "*fp8e4nv", "rscale_ptr": "*fp32",
@@ -334,7 +334,7 @@ AOT_HOPPER = textwrap.dedent("""
     for mode in (1, 2):
         for sawb, rounding, qmax, pm in ((False, 3, 448, 8), (True, 0, 7, 10)):
             const = dict(MODE=mode, SAWB=sawb, ROUND_BF16=True, ROUNDING=rounding, QMAX=qmax,
-                         PM=pm, BLOCK_B=8, BLOCK_D=64)
+                         PM=pm, BLOCK_B=BLOCK_B, BLOCK_D=BLOCK_D)
             src = ASTSource(fn=_weight_operands_kernel, constexprs=const,
                             signature={**sig, **{k: "constexpr" for k in const}})
             kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),

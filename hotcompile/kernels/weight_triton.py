@@ -23,8 +23,9 @@ reference is the two quantizers one after the other (``tests/test_kernels_interp
 checks every bit through Triton's interpreter and compiles it for sm_90;
 ``tests/test_weight_operands_gpu.py`` on CUDA). The compiled step calls it through
 :func:`hotcompile.lowering.hot.weight_operands` (a ``triton_op``). Written without a GPU at
-hand (session 25): its time against the three passes it replaces is
-``experiments/weight_operands.py``'s to measure.
+hand (session 25); on an H200 (session 26) it beats the passes apart where W's rows are long
+(I ≥ 4096: 1.2–1.4×) and loses where they are short, so the step takes it by shape
+(:func:`hotcompile.lowering.hot.weight_operands_pay`).
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ from hotcompile.kernels.hla_triton import (
 from hotcompile.kernels.rounding import FP8, ROUNDING_CODES, codes, normal_scale
 from hotcompile.quant import FP8_E4M3
 
-#: default program tile: BLOCK_B blocks of 16 rows × BLOCK_D input channels
-BLOCK_B = 8
-BLOCK_D = 64
+#: default program tile: BLOCK_B blocks of 16 rows × BLOCK_D input channels; the fastest of
+#: 14 tiles at each of the benchmark Llamas' seven weight shapes on an H200 (session 26,
+#: ``experiments/weight_operands.py --sweep``), 3–10% ahead of session 25's first 8 × 64
+BLOCK_B = 4
+BLOCK_D = 128
 #: every coefficient of a block kept, slot k = coefficient k (5 bits each; see ``_pick``)
 _ALL = tl.constexpr(sum(k << (5 * k) for k in range(16)))
 

@@ -31,6 +31,7 @@ dtype). ``tests/test_lowering.py`` checks both against ``torch.ops.hotcompile``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -238,6 +239,21 @@ def weight_codes(
     ``experiments/results/plain_gw_h100.md``)."""
     fp8 = gx_codes_fp8(w.shape[1], bits, rounding, w.device) or rounding == FP8_E4M3
     return quantize_weight(w, bits, weight_scale, fp8, rounding)
+
+
+#: the shortest row (W's input channels) for which the fused weight pass beats the passes
+#: apart, measured on an H200 (``experiments/weight_operands.py``, session 26, both at their
+#: best tile): 2048 × 8192 97.6 µs against 116.8, 4096 × 4096 95.5 against 121.3 and
+#: 14336 × 4096 276.6 against 392.4, but 8192 × 2048 96.2 against 85.4 and 2048 × 2048 28.9
+#: against 24.6 (apart, the bf16 copy of a short-rowed weight is read back from L2)
+WEIGHT_OPERANDS_MIN_I = 4096
+
+
+def weight_operands_pay(shape: Sequence[int]) -> bool:
+    """Whether a weight of ``shape [O, I]`` makes its two FP8-forward operands in one pair of
+    passes (:func:`weight_operands`) rather than the two quantizers apart: where it was
+    measured faster (:data:`WEIGHT_OPERANDS_MIN_I`). Either way gives the same bits."""
+    return int(shape[-1]) >= WEIGHT_OPERANDS_MIN_I
 
 
 def weight_operands(
