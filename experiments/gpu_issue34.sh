@@ -37,12 +37,17 @@
 # (the gate times every shape), so a call holds ~4 HOT variants; the gate's cache and Triton's
 # kernels now come back as xz parts caches.txz.*: carry them in .whl in the calls after the
 # first (cp /work/.device/N/caches.txz.* .whl/; gate.json likewise).
-# Next, in this order: (1) `WDEADLINE=150 TDEADLINE=330 ... weights newtests profile` (parts run
-# in the order given, deadlines count from the call's start): does the fused weight kernel
-# pay (~1.5 min); the new GPU tests; hot_fp8 vs torchao kernel by kernel; (2) LEAN=inductor,hot_fp8,hot_fp8_swiglu,
-# hot_fp8_lean,torchao_float8 (the fused derivation of down's codes); (3) vitl with
-# VITL=inductor,hot,hot_fp8,torchao_float8 (the gate's new charge for the FP8 forward
-# alone); (4) MODELS=llama8b llamas; (5) fsdp2 on nvidia-h200-x2.
+# Session 26 (4 calls, tools/results/fp8_forward_h200_s26.md): weights newtests profile;
+# weights (WARGS="--sweep --deadline 95") lean; on nvidia-h200-x2 fsdp2 pair (runs 46-47,
+# 8B widths and ViT-L side by side) and pair (runs 48-49, cut). `pair` doubles what a call
+# holds: prefer nvidia-h200-x2 when it is lent, and keep each comparison inside one GPU's bench.
+# Next, in this order: (1) on nvidia-h200-x2, `pair` with
+# GPU0="llama:inductor_cg,hot_fp8_cg,torchao_float8_cg" (is the host's 1.0 ms of the Llama's
+# gap gone under CUDA graphs?) and GPU1="llama:inductor,hot_fp8,torchao_float8" (both in one
+# bench after 8215b8a's by-shape weight rule); (2) `pair` with
+# GPU0="llama8b:inductor,hot_fp8_lean,hot_fp8_memory,torchao_float8" and
+# GPU1="vit_b16:inductor,hot,hot_fp8,torchao_float8" (the floor on ViT-B); (3) `fsdp2` with
+# FSDP="hot_fp8" on 1 GPU for the curve the 2-GPU run follows (torchrun --nproc-per-node 1).
 #
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (each part's
