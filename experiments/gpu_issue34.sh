@@ -47,7 +47,7 @@
 # bench after 8215b8a's by-shape weight rule); (2) `pair` with
 # GPU0="llama8b:inductor,hot_fp8_lean,hot_fp8_memory,torchao_float8" and
 # GPU1="vit_b16:inductor,hot,hot_fp8,torchao_float8" (the floor on ViT-B); (3) `fsdp2` with
-# FSDP="hot_fp8" on 1 GPU for the curve the 2-GPU run follows (torchrun --nproc-per-node 1).
+# FSDP="hot_fp8" NPROC=1 for the 1-GPU curve the 2-GPU run follows.
 #
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (each part's
@@ -107,7 +107,7 @@ elif [ "$part" = acc ]; then
   done; done
   wait; grep -h -E "seed [0-9]:" $OUT/log_*.txt
 elif [ "$part" = fsdp2 ]; then
-  timeout $(left ${FDEADLINE:-580}) torchrun --nproc-per-node 2 tools/bench_distributed.py \
+  timeout $(left ${FDEADLINE:-580}) torchrun --nproc-per-node ${NPROC:-2} tools/bench_distributed.py \
     --wrapper fsdp2 --models llama --variants ${FSDP:-inductor hot hot_fp8 torchao_float8} \
     --steps 200 --out $OUT/dist > $OUT/dist.log 2>&1; echo "dist rc=$?"; tail -20 $OUT/dist.log
 elif [ "$part" = pair ]; then
