@@ -15,9 +15,9 @@ Session 26 (H200): today's passes 3.13 ms a step on the 0.67B Llama, the fused k
 first tile (8 blocks of 16 rows × 64 channels, 4 warps) 3.44; on the 8B widths 2.97 → 2.28.
 ``--sweep`` times the kernel at other tiles per shape, to pick its launch by shape.
 
-The compiled step takes the kernel (``autograd._weight_operands_together``), wired before any
-GPU timed it (session 25 had no device time left): if this shows it slower, that function
-is where to turn it off. Its numerics are tested through Triton's interpreter
+The compiled step takes the kernel by W's shape (``lowering.hot.weight_operands_pay``: rows of
+at least ``WEIGHT_OPERANDS_MIN_I`` inputs), from this script's H200 numbers; revise that
+constant from its output on another GPU. Its numerics are tested through Triton's interpreter
 (``tests/test_kernels_interpret.py``) and on CUDA (``tests/test_weight_operands_gpu.py``).
 """
 

@@ -379,7 +379,7 @@ def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
             torch.testing.assert_close(a, b_, rtol=0, atol=0)
 
 
-def test_weights_operands_are_made_together_where_measured_to_pay():
+def test_weight_operands_are_made_together_where_measured_to_pay():
     """The fused weight pass is taken by W's shape as measured on an H200: long rows (the
     Llamas' down projection, every 8B-wide weight) together, short rows (2048 inputs: q/k/v/o
     and gate/up of the 2048-wide Llama) apart, where the passes apart were faster."""

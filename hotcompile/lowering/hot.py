@@ -245,7 +245,8 @@ def weight_codes(
 #: apart, measured on an H200 (``experiments/weight_operands.py``, session 26, both at their
 #: best tile): 2048 × 8192 97.6 µs against 116.8, 4096 × 4096 95.5 against 121.3 and
 #: 14336 × 4096 276.6 against 392.4, but 8192 × 2048 96.2 against 85.4 and 2048 × 2048 28.9
-#: against 24.6 (apart, the bf16 copy of a short-rowed weight is read back from L2)
+#: against 24.6 (apart, the bf16 copy of a short-rowed weight is read back from L2); timed
+#: with the text recipe's FP8 codes (INT4 SAWB adds two atomic sums to the same passes)
 WEIGHT_OPERANDS_MIN_I = 4096
 
 
