@@ -43,8 +43,10 @@
 # holds: prefer nvidia-h200-x2 when it is lent, and keep each comparison inside one GPU's bench.
 # Next, in this order: (1) on nvidia-h200-x2, `pair` with
 # GPU0="llama:inductor_cg,hot_fp8_cg,torchao_float8_cg" (is the host's 1.0 ms of the Llama's
-# gap gone under CUDA graphs?) and GPU1="llama:inductor,hot_fp8,torchao_float8" (both in one
-# bench after 8215b8a's by-shape weight rule); (2) `pair` with
+# gap gone under CUDA graphs?) and GPU1="llama:inductor,hot_fp8,hot_fp8_recompute,torchao_float8"
+# (hot_fp8 and torchao in one bench after 8215b8a's by-shape weight rule; down's 0.5 GiB of
+# ABC codes re-derived in the backward from the SwiGLU's saved inputs, as torchao does:
+# the peak target's next step); (2) `pair` with
 # GPU0="llama8b:inductor,hot_fp8_lean,hot_fp8_memory,torchao_float8" and
 # GPU1="vit_b16:inductor,hot,hot_fp8,torchao_float8" (the floor on ViT-B); (3) `fsdp2` with
 # FSDP="hot_fp8" NPROC=1 for the 1-GPU curve the 2-GPU run follows.
