@@ -379,12 +379,27 @@ def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
             torch.testing.assert_close(a, b_, rtol=0, atol=0)
 
 
-def test_weight_operands_are_made_together_where_measured_to_pay():
+def test_weight_operands_are_made_together_where_measured_to_pay(monkeypatch):
     """The fused weight pass is taken by W's shape as measured on an H200: long rows (the
     Llamas' down projection, every 8B-wide weight) together, short rows (2048 inputs: q/k/v/o
-    and gate/up of the 2048-wide Llama) apart, where the passes apart were faster."""
+    and gate/up of the 2048-wide Llama) apart, where the passes apart were faster (the step's
+    bits are the same either way: the test above)."""
     from hotcompile.lowering import hot as native
 
-    assert native.weight_operands_pay((2048, 8192)) and native.weight_operands_pay((14336, 4096))
+    calls = []
+    real = native.weight_operands
+    monkeypatch.setattr(native, "weight_operands", lambda *a: calls.append(a[0].shape) or real(*a))
+    spec = LayerSpec(name="l", forward="fp8_rowwise", lowering="native", gx_bits=8,
+                     gx_format="fp8", gw_format="fp8", hla_rows=())  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    for inputs, together in ((4096, True), (2048, False)):
+        x = torch.randn(2, 16, inputs, generator=g, requires_grad=True)
+        w = torch.randn(32, inputs, generator=g, requires_grad=True)
+        calls.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = hot_linear(x, w, None, spec)
+        y.float().sum().backward()
+        assert calls == ([torch.Size([32, inputs])] if together else []), (inputs, calls)
+        assert x.grad is not None and torch.isfinite(w.grad).all()
     assert not native.weight_operands_pay((8192, 2048))
-    assert not native.weight_operands_pay((2048, 2048))
+    assert native.weight_operands_pay((14336, 4096))
