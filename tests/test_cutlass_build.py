@@ -161,9 +161,18 @@ def _torch_nvcc_defines() -> list[str]:
         return []
 
 
+#: the .cu files the default suite compiles (see the test below)
+NVCC_REPRESENTATIVES = ("hot_gemm.cu", "hot_gemm_fp8_bf16.cu", "hot_gemm_int8_f32.cu")
+
+
 @pytest.mark.slow
 def test_nvcc_compiles_the_kernels_for_sm90a():
-    """nvcc -c of every csrc/hot_gemm*.cu for sm_90a (instantiation + ptxas): no C7510/spills."""
+    """nvcc -c of csrc/hot_gemm*.cu for sm_90a (instantiation + ptxas): no C7510/spills.
+
+    By default the host file and two of the four instantiations, which between them take both
+    operand types (FP8, INT8) and both outputs (bf16, float32) of the one template
+    (``hot_gemm.cuh``): all five took 143 s of the suite on two cores. All five with
+    ``HOTCOMPILE_NVCC_ALL=1``."""
     nvcc = cutlass.nvcc_path()
     if nvcc is None:
         pytest.skip("nvcc not found (set CUDA_HOME)")
@@ -173,6 +182,9 @@ def test_nvcc_compiles_the_kernels_for_sm90a():
     src = cutlass.csrc_dir()
     assert src is not None
     cus = [f for f in cutlass.SOURCES if f.endswith(".cu")]
+    if os.environ.get("HOTCOMPILE_NVCC_ALL") != "1":
+        cus = [f for f in cus if f in NVCC_REPRESENTATIVES]
+        assert len(cus) == len(NVCC_REPRESENTATIVES), cus
     flags = [*cutlass.NVCC_FLAGS, *_torch_nvcc_defines(), "-Xptxas=-v", "-I" + str(src)]
     flags += ["-I" + d for d in inc]
 

@@ -835,7 +835,9 @@ def test_weight_codes_in_the_backward_same_gradients(compiler: str, recipe: str)
     from the parameter cast as the forward's GEMM read it: the same codes, so the same
     gradients bit for bit (float32 and bf16 autocast) as the forward's codes give — with the
     text recipe's FP8 max-abs codes and the vision recipe's INT4 SAWB ones (on the CPU SAWB's
-    sums are ATen reductions; on the GPU, atomic float adds: ``test_lowering_gpu``)."""
+    sums are ATen reductions; on the GPU, atomic float adds: ``test_lowering_gpu``). Under
+    inductor only with bf16 autocast, the case users run (float32 through aot_eager): four
+    inductor compiles of the vision recipe took 136 s of the suite on two cores."""
 
     def grads(codes: str, autocast: bool) -> dict[str, torch.Tensor]:
         torch._dynamo.reset()
@@ -849,7 +851,7 @@ def test_weight_codes_in_the_backward_same_gradients(compiler: str, recipe: str)
         out.float().square().sum().backward()
         return {"x": x.grad, **{n: p.grad for n, p in net.named_parameters()}}
 
-    for autocast in (False, True):
+    for autocast in (False, True) if compiler == "aot_eager" else (True,):
         early, late = grads("forward", autocast), grads("backward", autocast)
         for k in early:
             assert torch.equal(early[k], late[k]), (k, autocast)
