@@ -49,7 +49,8 @@
 # the peak target's next step); (2) `pair` with
 # GPU0="llama8b:inductor,hot_fp8_lean,hot_fp8_memory,torchao_float8" and
 # GPU1="vit_b16:inductor,hot,hot_fp8,torchao_float8" (the floor on ViT-B); (3) `fsdp2` with
-# FSDP="hot_fp8" NPROC=1 for the 1-GPU curve the 2-GPU run follows.
+# FSDP="hot_fp8" NPROC=1 for the 1-GPU curve the 2-GPU run follows; (4) `profile` with
+# MODELS=llama8b (the 8B widths' hot_fp8 against torchao kernel by kernel: the last 0.5%).
 #
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (each part's
