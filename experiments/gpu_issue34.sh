@@ -41,7 +41,8 @@
 # weights (WARGS="--sweep --deadline 95") lean; on nvidia-h200-x2 fsdp2 pair (runs 46-47,
 # 8B widths and ViT-L side by side) and pair (runs 48-49, cut). `pair` doubles what a call
 # holds: prefer nvidia-h200-x2 when it is lent, and keep each comparison inside one GPU's bench.
-# Next, in this order: (1) on nvidia-h200-x2, `pair` with
+# Next, in this order: (1) on nvidia-h200-x2, `weights pair` (weights: the Llamas' and ViT-L's
+# weight shapes, ViT-L with the vision recipe's SAWB codes, ~40 s), the pair with
 # GPU0="llama:inductor_cg,hot_fp8_cg,torchao_float8_cg" (is the host's 1.0 ms of the Llama's
 # gap gone under CUDA graphs?) and GPU1="llama:inductor,hot_fp8,hot_fp8_recompute,torchao_float8"
 # (hot_fp8 and torchao in one bench after 8215b8a's by-shape weight rule; down's 0.5 GiB of
