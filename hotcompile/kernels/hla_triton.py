@@ -27,8 +27,14 @@ import triton.language as tl
 from hotcompile import numerics
 from hotcompile.hla import patch_side
 from hotcompile.kernels import dispatch, scratch
-from hotcompile.kernels.rounding import ROUNDING_CODES, codes, normal_scale, sawb_scale
-from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, code_dtype, qmax
+from hotcompile.kernels.rounding import (
+    ROUNDING_CODES,
+    code_constexprs,
+    codes,
+    normal_scale,
+    sawb_scale,
+)
+from hotcompile.quant import FP8_E4M3, code_dtype, qmax
 
 #: ``rows=()`` (no HLA): every position of a block, untransformed — the plain rows of x in
 #: block order, zero rows where S is not a multiple of 16 (they add nothing to a GEMM over L)
@@ -401,9 +407,7 @@ def quantizer_constexprs(
     bits, the tile and the warps."""
     return dict(
         SAWB=sawb and bits == 4,
-        ROUNDING=ROUNDING_CODES[rounding],
-        QMAX=int(FP8_MAX) if rounding == FP8_E4M3 else qmax(bits),
-        PM=PSEUDO_BITS[bits],
+        **code_constexprs(bits, rounding),
         BLOCK_B=block_b,
         BLOCK_D=block_d,
         num_warps=num_warps,

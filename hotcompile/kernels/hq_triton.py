@@ -24,8 +24,8 @@ import triton.language as tl
 from hotcompile import lqs, numerics
 from hotcompile.kernels import dispatch, hq_cuda, scratch
 from hotcompile.kernels.hla_triton import hla_quantize as _hla_quantize
-from hotcompile.kernels.rounding import ROUNDING_CODES, codes, normal_scale, sawb_scale
-from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, has_fp8_gemm, qmax
+from hotcompile.kernels.rounding import code_constexprs, codes, normal_scale, sawb_scale
+from hotcompile.quant import FP8_E4M3, has_fp8_gemm, qmax
 
 #: roundings the ops path's ``hq_grad_input_cuda`` runs through this kernel; FP8-e4m3 values
 #: (``gx_format="fp8"``, QMAX 448), which the kernel also rounds (``ROUNDING_CODES``), only
@@ -343,9 +343,7 @@ def launch_hq_quantize(
     block_l, bo, nchunk, warps = _config(o_pad, block_o, rounding == FP8_E4M3)
     grid = (triton.cdiv(l_out, block_l),)
     common = dict(
-        ROUNDING=ROUNDING_CODES[rounding],
-        QMAX=int(FP8_MAX) if rounding == FP8_E4M3 else qmax(bits),
-        PM=PSEUDO_BITS[bits],
+        **code_constexprs(bits, rounding),
         NCHUNK=nchunk,
         BLOCK_L=block_l,
         BLOCK_O=bo,

@@ -10,7 +10,7 @@ import os
 import triton
 import triton.language as tl
 
-from hotcompile.quant import FP8_E4M3, MIN_NORMAL
+from hotcompile.quant import FP8_E4M3, FP8_MAX, MIN_NORMAL, PSEUDO_BITS, qmax
 
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
 _MIN_NORMAL = tl.constexpr(MIN_NORMAL)
@@ -24,6 +24,17 @@ _E4M3_BY_HAND = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 FP8 = tl.constexpr(3)
 #: rounding name -> the ``ROUNDING`` argument of :func:`codes`, for every kernel that calls it
 ROUNDING_CODES = {"nearest": 0, "pseudo_stochastic": 1, "stochastic": 2, FP8_E4M3: 3}
+
+
+def code_constexprs(bits: int, rounding: str) -> dict[str, int]:
+    """The constexpr arguments :func:`codes` takes, as a kernel's launch passes them through:
+    the rounding's code, the largest code (e4m3's 448 for FP8, else the INT grid's) and the
+    pseudo-random bits of ``bits``-bit codes."""
+    return dict(
+        ROUNDING=ROUNDING_CODES[rounding],
+        QMAX=int(FP8_MAX) if rounding == FP8_E4M3 else qmax(bits),
+        PM=PSEUDO_BITS[bits],
+    )
 
 
 @triton.jit

@@ -23,8 +23,7 @@ import triton
 import triton.language as tl
 
 from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16, _quant_store
-from hotcompile.kernels.rounding import ROUNDING_CODES, normal_scale
-from hotcompile.quant import FP8_E4M3, FP8_MAX, PSEUDO_BITS, qmax
+from hotcompile.kernels.rounding import ROUNDING_CODES, code_constexprs, normal_scale
 
 #: warps per program (one 8192-wide row): 16 took 301.7 µs, 8 303.8, 4 359.0; two rows per
 #: program spill (368-1241 µs) (H100, ``experiments/results/swiglu_hq_h100.json``)
@@ -114,7 +113,6 @@ def launch_swiglu_hq(
         a, b, g, ga, gb, ca, cb, sa, sb, raw_a, raw_b,
         a_scale if scaled else sa, b_scale if scaled else sb,
         L, O, l_out, O, a.stride(0), ca.stride(0),
-        ROUNDING=ROUNDING_CODES[rounding],
-        QMAX=int(FP8_MAX) if rounding == FP8_E4M3 else qmax(bits),
-        PM=PSEUDO_BITS[bits], BLOCK_L=block_l, BLOCK_O=O, SCALED=scaled, num_warps=warps,
+        **code_constexprs(bits, rounding),
+        BLOCK_L=block_l, BLOCK_O=O, SCALED=scaled, num_warps=warps,
     )  # fmt: skip
