@@ -83,7 +83,8 @@ def _differ(a, b) -> str:
     return "0" if worst == 0 else f"{worst:.1e}"
 
 
-#: (BLOCK_B blocks of 16 rows, BLOCK_D channels, warps) tried by --sweep; the first is today's
+#: (BLOCK_B blocks of 16 rows, BLOCK_D channels, warps) tried by --sweep; the first is
+#: session 25's, whose bits the others are checked against (the default since: 4 × 128 / 4)
 TILES = (
     (8, 64, 4), (8, 64, 8), (4, 64, 4), (4, 128, 4), (4, 128, 8), (2, 128, 4), (2, 256, 4),
     (8, 32, 4), (16, 32, 4), (4, 32, 2), (16, 64, 8), (1, 256, 2), (2, 64, 2), (1, 128, 1),
@@ -103,19 +104,18 @@ def sweep(deadline: float) -> list[str]:
         if recipe != "text":
             continue  # the tiles are timed with the text recipe's codes
         w = torch.randn(O, I, device="cuda")
-        ref = weight_operands(w, 8, FP8_E4M3, False, torch.float8_e4m3fn, True)
+
+        def at(tile, w=w):  # the text recipe's FP8 codes, the kernel at ``tile``
+            return weight_operands(w, 8, FP8_E4M3, False, torch.float8_e4m3fn, True, None, *tile)
+
+        ref = at(TILES[0])
         cells, times = [], {}
-        for b, d, nw in TILES:
+        for tile in TILES:
             if time.monotonic() - t0 > deadline:
                 cells.append("—")
                 continue
-            out = weight_operands(w, 8, FP8_E4M3, False, torch.float8_e4m3fn, True, None, b, d, nw)
-            same = all(torch.equal(x.float(), y.float()) for x, y in zip(ref, out))
-            times[(b, d, nw)] = us = gate._graph_us(
-                lambda w=w, b=b, d=d, nw=nw: weight_operands(
-                    w, 8, FP8_E4M3, False, torch.float8_e4m3fn, True, None, b, d, nw
-                )
-            )
+            same = _differ(ref, at(tile)) == "0"
+            times[tile] = us = gate._graph_us(lambda tile=tile: at(tile))
             cells.append(f"{us:.1f}" + ("" if same else " (bits differ)"))
         t_today = gate._graph_us(lambda w=w: compiled(w))
         best = min(times, key=times.get) if times else None
