@@ -59,10 +59,11 @@
 parts=${*:-tests}
 source experiments/gpu_env.sh
 ROOT=$OUT
-bench() {  # $1 models, $2 variants, $3 deadline (s since T0)
+bench() {  # $1 models, $2 variants, $3 deadline (s since T0), $4 name (default bench)
+  local name=${4:-bench}
   timeout $(left $3) python3 tools/bench_train.py --no-progress --isolate --profile 0 --steps 10 \
-    --models $1 --variants $2 --out $OUT/bench > $OUT/bench.log 2>&1
-  echo "bench rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| (inductor|hot|torchao)" $OUT/bench/bench_train.md
+    --models $1 --variants $2 --out $OUT/$name > $OUT/$name.log 2>&1
+  echo "$name rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| (inductor|hot|torchao)" $OUT/$name/bench_train.md
 }
 if [ -n "$FP8TEST" ]; then  # the FP8 forward's GPU tests first, alone on the GPU
   timeout 150 python3 -m pytest tests/test_fp8_gpu.py -q -s -p no:cacheprovider > $OUT/fp8.log 2>&1
@@ -119,12 +120,9 @@ elif [ "$part" = pair ]; then
   # widths), GPU 1 on GPU1 (default ViT-L/16), each cut at DEADLINE s since the start
   i=0; for spec in "${GPU0:-llama8b:inductor,hot_fp8,torchao_float8,hot}" \
                    "${GPU1:-vit_l16:inductor,hot_fp8,torchao_float8}"; do
-    CUDA_VISIBLE_DEVICES=$i timeout $(left ${DEADLINE:-580}) python3 tools/bench_train.py \
-      --no-progress --isolate --profile 0 --steps 10 --models ${spec%%:*} \
-      --variants ${spec#*:} --out $OUT/gpu$i > $OUT/gpu$i.log 2>&1 &
+    CUDA_VISIBLE_DEVICES=$i bench ${spec%%:*} ${spec#*:} ${DEADLINE:-580} gpu$i > $OUT/gpu$i.txt &
     i=$((i+1))
-  done; wait
-  for i in 0 1; do echo "== GPU $i"; grep -E "^\| (inductor|hot|torchao)" $OUT/gpu$i/bench_train.md; done
+  done; wait; cat $OUT/gpu0.txt $OUT/gpu1.txt
 fi
 done
 cp /tmp/hc/gate.json $ROOT/ 2>/dev/null  # carry it next time as .whl/gate.json
