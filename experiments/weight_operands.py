@@ -26,6 +26,7 @@ constant from its output on another GPU. Its numerics are tested through Triton'
 from __future__ import annotations
 
 import argparse
+import datetime
 import pathlib
 import time
 
@@ -128,6 +129,11 @@ def sweep(deadline: float) -> list[str]:
     return lines
 
 
+def _where() -> str:
+    """The device, torch and date a table was measured on (a results file's header)."""
+    return f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {datetime.date.today()}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=pathlib.Path, help="also write the markdown table here")
@@ -136,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.sweep:
         lines = [
-            f"# weight_operands' tiles ({torch.cuda.get_device_name()}, torch "
-            f"{torch.__version__}): µs per call, BLOCK_B×BLOCK_D/warps",
+            f"# weight_operands' tiles ({_where()}): µs per call, BLOCK_B×BLOCK_D/warps",
             "",
             *sweep(a.deadline),
         ]
@@ -146,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     compiled = torch.compile(today)
     lines = [
-        f"# weight_operands vs today's weight passes ({torch.cuda.get_device_name()}, torch "
-        f"{torch.__version__})",
+        f"# weight_operands vs today's weight passes ({_where()})",
         "",
         "| model | layer | O × I | recipe | today µs | fused µs | speed-up | elements differing "
         "| per step, ms (today → fused) |",
