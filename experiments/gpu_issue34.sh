@@ -31,6 +31,11 @@
 #          hot_fp8 / torchao_float8), 200 steps, cut at FDEADLINE s.
 # pair:    on nvidia-h200-x2, two single-GPU benches at once: GPU0="model:variants" (default
 #          the 8B widths) and GPU1=... (default ViT-L/16), cut at DEADLINE s.
+# scaledmm: experiments/scaled_mm_scaling.py: one FP8 GEMM per Llama shape, vector scales
+#          against tensorwise ones and scales applied after the GEMM (~60 s).
+# LANE0 / LANE1 (instead of parts, on nvidia-h200-x2): GPU 0 runs LANE0's parts one after
+#          another while GPU 1 runs LANE1's; an item "model:variants" is a bench of its own, e.g.
+#          LANE0="scaledmm llama8b:inductor,hot_fp8,torchao_float8" LANE1="newtests vit_b16:hot".
 #
 # Session 25 (H200 only, 3 calls): newtests + lean (run 42), lean + vitl (runs 43-44), acc
 # (tools/results/fp8_forward_h200.md). A HOT variant compiles for 80-146 s on a bare machine
@@ -70,7 +75,12 @@ if [ -n "$FP8TEST" ]; then  # the FP8 forward's GPU tests first, alone on the GP
   echo "fp8 rc=$?"; grep -A12 "rel. error" $OUT/fp8.log; tail -2 $OUT/fp8.log
 fi
 V=inductor,hot,hot_fp8,hot_fp8_memory,torchao_float8,torchao_float8_rowwise
-for part in $parts; do
+run_part() {  # $1: a part's name, or "model:variants" (a bench of its own, named after the model)
+local part=$1
+if [[ $part == *:* ]]; then
+  OUT=$ROOT/gpu${CUDA_VISIBLE_DEVICES:-0}; mkdir -p $OUT
+  bench ${part%%:*} ${part#*:} ${DEADLINE:-580} ${part%%:*}; return
+fi
 OUT=$ROOT/$part; mkdir -p $OUT; echo "=== $part $(( $(date +%s)-T0 ))s"
 if [ "$part" = newtests ]; then
   # what changed since the last GPU run: the FP8 forward's tests, the SwiGLU-codes lowering
@@ -81,6 +91,10 @@ if [ "$part" = newtests ]; then
   timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_weight_operands_gpu.py -q -p no:cacheprovider \
     > $OUT/weights.log 2>&1 &
   wait; for f in fp8 lowering weights; do echo "== $f:"; grep -E "passed|failed|rror" $OUT/$f.log | tail -6; done
+elif [ "$part" = scaledmm ]; then
+  # one FP8 GEMM per Llama shape with vector, tensorwise and moved-out scales (session 27)
+  timeout $(left ${SDEADLINE:-120}) python3 experiments/scaled_mm_scaling.py \
+    --out $OUT/scaled_mm_scaling.md > $OUT/scaledmm.log 2>&1; echo "scaledmm rc=$?"; tail -16 $OUT/scaledmm.log
 elif [ "$part" = weights ]; then
   # the fused weight operands (hotcompile/kernels/weight_triton.py) against today's passes
   timeout $(left ${WDEADLINE:-150}) python3 experiments/weight_operands.py $WARGS \
@@ -124,7 +138,17 @@ elif [ "$part" = pair ]; then
     i=$((i+1))
   done; wait; cat $OUT/gpu0.txt $OUT/gpu1.txt
 fi
-done
+}
+if [ -n "$LANE0$LANE1" ]; then
+  # on nvidia-h200-x2: GPU 0 runs the parts of LANE0 one after another, GPU 1 those of LANE1,
+  # the two lanes side by side; an item "model:variants" is a bench of its own (gpuN/model/)
+  i=0; for lane in "$LANE0" "$LANE1"; do
+    ( export CUDA_VISIBLE_DEVICES=$i; for p in $lane; do run_part $p; done ) > $ROOT/lane$i.txt 2>&1 &
+    i=$((i+1))
+  done; wait; cat $ROOT/lane0.txt $ROOT/lane1.txt
+else
+  for part in $parts; do run_part $part; done
+fi
 cp /tmp/hc/gate.json $ROOT/ 2>/dev/null  # carry it next time as .whl/gate.json
 save_caches $ROOT  # and caches.txz.* into .whl (Triton's kernels, the gate, dispatch)
 tar czf $ROOT/all.tgz -C $ROOT --exclude=all.tgz --exclude='caches.t*' . 2>/dev/null

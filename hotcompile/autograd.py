@@ -504,7 +504,7 @@ def _weight_operands_together(spec: LayerSpec, x, weight, w_cast) -> bool:
         spec.forward == "fp8_rowwise"
         and fp8.takes_gemm(x, weight)
         and (w_cast or weight.dtype) == fp8.out_dtype(x)
-        and native.weight_operands_pay(weight.shape)
+        and native.weight_operands_pay(weight.shape, spec.gx_rounding, spec.weight_scale)
     )
 
 

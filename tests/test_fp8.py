@@ -21,6 +21,7 @@ import hotcompile
 from hotcompile import HotBackend, HotConfigError, fp8
 from hotcompile.autograd import LayerSpec, hot_linear
 from hotcompile.demo import DigitsViT
+from hotcompile.quant import FP8_E4M3
 
 SCALINGS = ("rowwise", "tensorwise")
 
@@ -356,7 +357,7 @@ def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
         return real(*args)
 
     monkeypatch.setattr(native, "weight_operands", counted)
-    monkeypatch.setattr(native, "weight_operands_pay", lambda shape: True)  # a small W
+    monkeypatch.setattr(native, "weight_operands_pay", lambda *a: True)  # a small W
     x, w, b = _data()
     x3 = x.reshape(2, 20, 64)
     gy = torch.randn(2, 20, 48, generator=torch.Generator().manual_seed(1))
@@ -380,19 +381,23 @@ def test_weights_fp8_copy_and_hq_codes_are_made_together(monkeypatch, recipe):
 
 
 def test_weight_operands_are_made_together_where_measured_to_pay(monkeypatch):
-    """The fused weight pass is taken by W's shape as measured on an H200: long rows (the
-    Llamas' down projection, every 8B-wide weight) together, short rows (2048 inputs: q/k/v/o
-    and gate/up of the 2048-wide Llama) apart, where the passes apart were faster (the step's
-    bits are the same either way: the test above)."""
+    """The fused weight pass is taken where it was measured to pay on an H200: for the text
+    recipe's max-abs FP8 codes by W's shape — long rows (the Llamas' down projection, every
+    8B-wide weight) together, short rows (2048 inputs: q/k/v/o and gate/up of the 2048-wide
+    Llama) apart, where the passes apart were faster; for the vision recipe's SAWB-scaled
+    INT4 codes at every shape (ViT-L's 1024-input weights too). The step's bits are the same
+    either way (the test above)."""
     from hotcompile.lowering import hot as native
 
     calls = []
     real = native.weight_operands
     monkeypatch.setattr(native, "weight_operands", lambda *a: calls.append(a[0].shape) or real(*a))
-    spec = LayerSpec(name="l", forward="fp8_rowwise", lowering="native", gx_bits=8,
+    text = LayerSpec(name="l", forward="fp8_rowwise", lowering="native", gx_bits=8,
                      gx_format="fp8", gw_format="fp8", hla_rows=())  # fmt: skip
+    vision = LayerSpec(name="l", forward="fp8_rowwise", lowering="native")  # INT4, SAWB
     g = torch.Generator().manual_seed(0)
-    for inputs, together in ((4096, True), (2048, False)):
+    cases = ((text, 4096, True), (text, 2048, False), (vision, 1024, True))
+    for spec, inputs, together in cases:
         x = torch.randn(2, 16, inputs, generator=g, requires_grad=True)
         w = torch.randn(32, inputs, generator=g, requires_grad=True)
         calls.clear()
@@ -401,5 +406,8 @@ def test_weight_operands_are_made_together_where_measured_to_pay(monkeypatch):
         y.float().sum().backward()
         assert calls == ([torch.Size([32, inputs])] if together else []), (inputs, calls)
         assert x.grad is not None and torch.isfinite(w.grad).all()
-    assert not native.weight_operands_pay((8192, 2048))
-    assert native.weight_operands_pay((14336, 4096))
+    assert not native.weight_operands_pay((8192, 2048), FP8_E4M3, "maxabs")
+    assert native.weight_operands_pay((14336, 4096), FP8_E4M3, "maxabs")
+    assert native.weight_operands_pay((3072, 1024), "nearest", "sawb")
+    # SAWB only where HQ's codes are integers: FP8 values always take the max-abs scale
+    assert not native.weight_operands_pay((3072, 1024), FP8_E4M3, "sawb")

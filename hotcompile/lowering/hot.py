@@ -246,14 +246,21 @@ def weight_codes(
 #: best tile): 2048 × 8192 97.6 µs against 116.8, 4096 × 4096 95.5 against 121.3 and
 #: 14336 × 4096 276.6 against 392.4, but 8192 × 2048 96.2 against 85.4 and 2048 × 2048 28.9
 #: against 24.6 (apart, the bf16 copy of a short-rowed weight is read back from L2); timed
-#: with the text recipe's FP8 codes (INT4 SAWB adds two atomic sums to the same passes)
+#: with the text recipe's FP8 codes. With SAWB-scaled codes (the vision recipe's INT4) the
+#: passes apart take one more over W for SAWB's sums and the fused pair won at every shape
+#: timed (session 27, ``experiments/results/weight_operands_h200.md``): ViT-L/16's 3072 × 1024
+#: 28.7 µs against 51.4, 1024 × 1024 25.1 against 29.6, 4096 × 1024 34.3 against 65.1
 WEIGHT_OPERANDS_MIN_I = 4096
 
 
-def weight_operands_pay(shape: Sequence[int]) -> bool:
+def weight_operands_pay(shape: Sequence[int], rounding: str, weight_scale: str) -> bool:
     """Whether a weight of ``shape [O, I]`` makes its two FP8-forward operands in one pair of
     passes (:func:`weight_operands`) rather than the two quantizers apart: where it was
-    measured faster (:data:`WEIGHT_OPERANDS_MIN_I`). Either way gives the same bits."""
+    measured faster — HQ codes with a SAWB scale at any shape, max-abs ones (the text
+    recipe's FP8 values) for rows of :data:`WEIGHT_OPERANDS_MIN_I` inputs or more. Either
+    way gives the same codes (SAWB's atomic sums may move its scale by an ulp)."""
+    if hq_weight_quantizer(rounding, weight_scale)[1] == "sawb":
+        return True
     return int(shape[-1]) >= WEIGHT_OPERANDS_MIN_I
 
 
