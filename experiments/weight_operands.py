@@ -20,8 +20,9 @@ fused pass at every shape.
 
 The compiled step takes the kernel by W's shape and codes (``lowering.hot.weight_operands_pay``:
 SAWB codes always, max-abs ones for rows of at least ``WEIGHT_OPERANDS_MIN_I`` inputs), from
-this script's H200 numbers; revise that constant from its output on another GPU. Its numerics are tested through Triton's interpreter
-(``tests/test_kernels_interpret.py``) and on CUDA (``tests/test_weight_operands_gpu.py``).
+this script's H200 numbers; revise that constant from its output on another GPU. Its
+numerics are tested through Triton's interpreter (``tests/test_kernels_interpret.py``) and on
+CUDA (``tests/test_weight_operands_gpu.py``).
 """
 
 from __future__ import annotations

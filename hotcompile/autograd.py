@@ -55,7 +55,9 @@ class LayerSpec:
 
     ``forward``: the forward GEMM's precision — ``"bf16"`` (``F.linear`` as the model wrote
     it, the paper's) or ``"fp8_rowwise"`` / ``"fp8_tensorwise"`` (:func:`hotcompile.fp8.linear`,
-    ``HotConfig.forward="fp8"``). The backward does not depend on it.
+    ``HotConfig.forward="fp8"``). The backward does not depend on it. ``fast_accum``: which
+    FP8 GEMMs of e4m3 values accumulate with ``use_fast_accum`` (``HotConfig.fp8_fast_accum``;
+    "off" unless the config says otherwise).
     """
 
     name: str
@@ -81,6 +83,7 @@ class LayerSpec:
     hla_probe: bool = False
     lowering: str = "ops"
     forward: str = "bf16"
+    fast_accum: str = "off"
     stride: tuple[int, int] = (1, 1)
     padding: tuple[int, int] = (0, 0)
     dilation: tuple[int, int] = (1, 1)
@@ -280,8 +283,9 @@ def _input_grad(
         if gy2.shape[0] == 0:
             return gy2.new_zeros((0, wq.shape[0])), None
         return native.grad_input_codes(
-            gy2, wq, sw, spec.gx_bits, spec.per_token, spec.gx_rounding, raw_amax, given
-        )
+            gy2, wq, sw, spec.gx_bits, spec.per_token, spec.gx_rounding, raw_amax, given,
+            spec.fast_accum == "all",
+        )  # fmt: skip
     return ops.hq_grad_input(gy2, w2, *spec.hq_args), None
 
 
@@ -543,7 +547,8 @@ class HotLinearFunction(torch.autograd.Function):
         if spec.forward == "bf16":
             y = F.linear(x, weight, bias)
         else:  # "fp8_rowwise" / "fp8_tensorwise"
-            y = fp8.linear(x, weight, bias, spec.forward.removeprefix("fp8_"), w_fp8)
+            fast = spec.fast_accum in ("forward", "all")
+            y = fp8.linear(x, weight, bias, spec.forward.removeprefix("fp8_"), w_fp8, fast)
         saved += [weight] if ctx.save_w else []
         if need_gw:
             if spec.gw_exact or not spec.abc:

@@ -45,6 +45,8 @@ PREFERENCES = ("speed", "memory", "paper")
 FORWARDS = ("bf16", "fp8")
 #: FP8 forward scales (``HotConfig.forward_scaling``)
 FORWARD_SCALINGS = ("rowwise", "tensorwise")
+#: which FP8 GEMMs accumulate with Hopper's fast accumulation (``fp8_fast_accum``)
+FP8_FAST_ACCUM = ("forward", "all", "off")
 #: numerics per model family (``HotConfig.recipe``)
 RECIPES = ("auto", "text", "vision", "paper")
 #: what a recipe sets, group by group: a group is applied only when every field in it is still
@@ -327,6 +329,17 @@ class HotConfig:
         forward_scaling: ``forward="fp8"``'s scales: ``"rowwise"`` (default: one per token
             of x and one per output channel of W, max-abs/448) or ``"tensorwise"`` (one for
             x, one for W).
+        fp8_fast_accum: which FP8 GEMMs of e4m3 *values* run with ``use_fast_accum=True``
+            (Hopper's tensor cores keep the running sum in their own, narrower accumulator
+            instead of promoting it to float32 every few steps): ``"forward"`` (default: the
+            FP8 forward's GEMM, as torchao's float8 recipes run their forward), ``"all"``
+            (also HQ's g_x GEMM where its codes are FP8 values — the text recipe — which
+            torchao runs without it), ``"off"``. On an H200 it made one FP8 GEMM of the
+            benchmark Llamas' shapes 5–16% faster, rowwise scales as tensorwise
+            (``experiments/results/scaled_mm_scaling_h200.md``). INT4-grid codes (the vision
+            recipe's g_x) never take it: their integer sums are exact only in float32. The
+            speed gate times HQ's g_x without it (its cached timings stay valid; HOT's side
+            then is timed slightly slow).
     """
 
     block_size: int = 16
@@ -370,6 +383,7 @@ class HotConfig:
     recipe: str = "auto"
     forward: str = "bf16"
     forward_scaling: str = "rowwise"
+    fp8_fast_accum: str = "forward"
 
     def __post_init__(self) -> None:
         if self.recipe not in RECIPES:
@@ -451,6 +465,7 @@ class HotConfig:
         choice("prefer", PREFERENCES)
         choice("forward", FORWARDS)
         choice("forward_scaling", FORWARD_SCALINGS)
+        choice("fp8_fast_accum", FP8_FAST_ACCUM)
         if self.lowering == "native":
             if self.rounding == "stochastic":
                 raise bad(

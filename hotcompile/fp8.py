@@ -83,11 +83,15 @@ def scaled_gemm(
     sw: torch.Tensor,
     scaling: str,
     dtype: torch.dtype,
+    fast_accum: bool = False,
 ) -> torch.Tensor:
     """``torch._scaled_mm`` of :func:`operands`' codes and scales, ``[M, N]`` in ``dtype``.
-    Rowwise scales come out of the GEMM in bf16 only (torch's kernels), then cast."""
+    Rowwise scales come out of the GEMM in bf16 only (torch's kernels), then cast.
+    ``fast_accum``: Hopper's fast accumulation (``HotConfig.fp8_fast_accum``)."""
     gemm_dtype = torch.bfloat16 if scaling == "rowwise" else dtype
-    y = torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw, out_dtype=gemm_dtype)
+    y = torch._scaled_mm(
+        xq, wq.t(), scale_a=sx, scale_b=sw, out_dtype=gemm_dtype, use_fast_accum=fast_accum
+    )
     return y.to(dtype)
 
 
@@ -116,6 +120,7 @@ def linear(
     bias: torch.Tensor | None,
     scaling: str = "rowwise",
     w_operand: tuple[torch.Tensor, torch.Tensor] | None = None,
+    fast_accum: bool = False,
 ) -> torch.Tensor:
     """``x Wᵀ (+ bias)`` with FP8 operands: ``torch._scaled_mm`` where the device multiplies
     FP8 (Hopper/Ada GPUs, torch's CPU kernel) and the shape is aligned, else the reference.
@@ -123,7 +128,8 @@ def linear(
     the output dtype, as ``F.linear`` under autocast does. ``w_operand``: the weight's codes
     and scales as :func:`operands` makes them, made already (rowwise: by the kernel that
     also writes HQ's codes of W, :func:`hotcompile.lowering.hot.weight_operands`); only
-    where :func:`takes_gemm`."""
+    where :func:`takes_gemm`. ``fast_accum``: the GEMM's ``use_fast_accum`` (the reference,
+    in float32, has no such mode)."""
     K, N = x.shape[-1], w.shape[0]
     if not takes_gemm(x, w):
         if w_operand is not None:
@@ -135,7 +141,7 @@ def linear(
     else:  # no pass over W here: x's cast only
         (xq, sx), (wq, sw) = _operand(x2, scaling, out_dtype(x2), True), w_operand
     dtype = out_dtype(x)
-    y = scaled_gemm(xq, sx, wq, sw, scaling, dtype)
+    y = scaled_gemm(xq, sx, wq, sw, scaling, dtype, fast_accum)
     if bias is not None:
         y = y + bias.to(dtype)
     return y.reshape(*x.shape[:-1], N)

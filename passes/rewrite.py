@@ -400,6 +400,7 @@ def _spec(
         exact=config.exact,
         check=config.check_nonfinite == "once",
         lowering=lowering,
+        fast_accum=config.fp8_fast_accum,
         **conv,
     )
 

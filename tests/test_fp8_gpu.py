@@ -35,6 +35,34 @@ def test_scaled_mm_matches_the_reference(scaling):
     assert fast.dtype == torch.bfloat16
     assert rel(fast, ref) < 1e-2
     assert rel(ref, exact) < 0.06
+    # Hopper's fast accumulation (HotConfig.fp8_fast_accum's default for the forward, as
+    # torchao's forward): the same GEMM up to its narrower running sum, far inside e4m3's error
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        quick = fp8.linear(x, w, b, scaling, fast_accum=True)
+    assert rel(quick, ref) < 1e-2 and rel(quick, fast) < 5e-3, (rel(quick, ref), rel(quick, fast))
+
+
+def test_fast_accum_g_x_for_fp8_values_only():
+    """``fp8_fast_accum="all"``: HQ's g_x GEMM on FP8 values (the text recipe) takes the fast
+    accumulation and stays within a small fraction of its quantization error; INT4-grid codes
+    (the vision recipe) ignore it — their g_x is bit for bit the float32-accumulated one."""
+    from hotcompile.lowering import hot
+    from hotcompile.quant import FP8_E4M3
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    gy = torch.randn(4096, 2048, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(2048, 1024, device="cuda", generator=g) * 0.02
+    exact = (gy.float() @ w.to(torch.bfloat16).float()).float()
+    for bits, rounding, same in ((8, FP8_E4M3, False), (4, "pseudo_stochastic", True)):
+        scale = "maxabs" if rounding == FP8_E4M3 else "sawb"
+        wq, sw = hot.weight_codes(w.to(torch.bfloat16), bits, rounding, scale)
+        plain = hot.grad_input_codes(gy, wq, sw, bits, True, rounding)[0]
+        quick = hot.grad_input_codes(gy, wq, sw, bits, True, rounding, fast_accum=True)[0]
+        if same:
+            assert torch.equal(plain, quick)
+        else:
+            err = rel(plain, exact)
+            assert rel(quick, plain) < 0.1 * err, (rel(quick, plain), err)
 
 
 def _block_grads(backend, x: torch.Tensor, gy: torch.Tensor):

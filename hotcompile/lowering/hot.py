@@ -330,12 +330,16 @@ def grad_input_codes(
     rounding: str,
     raw_amax: bool = False,
     given: tuple | None = None,
+    fast_accum: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """HQ g_x ``[L, I]`` in gy's dtype from the weight's codes ``wq [I, O_pad]`` and scale
     (:func:`weight_codes`): ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``; and with ``raw_amax`` on CUDA g_y's
     own max-abs bits, taken by the same kernel (:func:`quantize_gy`), else None. ``given``:
     g_y's operand as :func:`quantize_gy` would return it, already made by g_y's producer
-    (:func:`swiglu_backward`): no pass over g_y here.
+    (:func:`swiglu_backward`): no pass over g_y here. ``fast_accum``: FP8 *values*
+    (``rounding=FP8_E4M3``) go through the FP8 GEMM with ``use_fast_accum``
+    (``HotConfig.fp8_fast_accum="all"``); INT4-grid codes never do (their sums are exact in
+    float32 only).
 
     INT4 codes travel as e4m3 (exact) into ``torch._scaled_mm`` with the dequantization as its
     scales (rowwise for per-token); INT8 codes into ``torch._int_mm``; FP8 values
@@ -354,6 +358,7 @@ def grad_input_codes(
         gq, sg, raw = quantize_gy(gy2, bits, per_token, rounding, codes_fp8, pad, raw_amax)
     s_w = sw / 16
     if fp8:
+        fast = fast_accum and fp8_values
         if per_token:
             out = torch._scaled_mm(
                 gq,
@@ -361,11 +366,17 @@ def grad_input_codes(
                 scale_a=sg[:, None],
                 scale_b=s_w.expand(1, I).contiguous(),
                 out_dtype=gy2.dtype,
+                use_fast_accum=fast,
             )
         else:
             # tensorwise scales as 0-d tensors: inductor's lowering recognises that recipe
             out = torch._scaled_mm(
-                gq, wq.t(), scale_a=sg.reshape(()), scale_b=s_w.reshape(()), out_dtype=gy2.dtype
+                gq,
+                wq.t(),
+                scale_a=sg.reshape(()),
+                scale_b=s_w.reshape(()),
+                out_dtype=gy2.dtype,
+                use_fast_accum=fast,
             )
         return out[:L], raw
     s_row = sg[:, None] if per_token else sg
