@@ -31,6 +31,7 @@
 #          hot_fp8 / torchao_float8), 200 steps, cut at FDEADLINE s.
 # pair:    on nvidia-h200-x2, two single-GPU benches at once: GPU0="model:variants" (default
 #          the 8B widths) and GPU1=... (default ViT-L/16), cut at DEADLINE s.
+# fp8tests: tests/test_fp8_gpu.py alone.
 # scaledmm: experiments/scaled_mm_scaling.py: one FP8 GEMM per Llama shape, vector scales
 #          against tensorwise ones and scales applied after the GEMM (~60 s).
 # LANE0 / LANE1 (instead of parts, on nvidia-h200-x2): GPU 0 runs LANE0's parts one after
@@ -91,6 +92,9 @@ if [ "$part" = newtests ]; then
   timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_weight_operands_gpu.py -q -p no:cacheprovider \
     > $OUT/weights.log 2>&1 &
   wait; for f in fp8 lowering weights; do echo "== $f:"; grep -E "passed|failed|rror" $OUT/$f.log | tail -6; done
+elif [ "$part" = fp8tests ]; then  # the FP8 forward's GPU tests alone (~45 s)
+  timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1
+  echo "fp8tests rc=$?"; grep -E "passed|failed|rror" $OUT/fp8.log | tail -6
 elif [ "$part" = scaledmm ]; then
   # one FP8 GEMM per Llama shape with vector, tensorwise and moved-out scales (session 27)
   timeout $(left ${SDEADLINE:-120}) python3 experiments/scaled_mm_scaling.py \
@@ -121,7 +125,7 @@ elif [ "$part" = profile ]; then
   echo "profile rc=$?"; grep -E "^\| (hot|torchao)" $OUT/bench/bench_train.md
 elif [ "$part" = acc ]; then
   for v in ${ACC:-bf16 hot_fp8}; do for s in 0 1 2; do
-    timeout $(left 580) python3 tools/accuracy.py --gpu-lm --arch llama --deadline 0 --no-progress \
+    timeout $(left ${DEADLINE:-580}) python3 tools/accuracy.py --gpu-lm --arch llama --deadline 0 --no-progress \
       --fresh --seeds 1 --first-seed $s --variants $v --out $OUT/runs/${v}_s$s > $OUT/log_${v}_s$s.txt 2>&1 &
   done; done
   wait; grep -h -E "seed [0-9]:" $OUT/log_*.txt
