@@ -76,6 +76,11 @@ if [ -n "$FP8TEST" ]; then  # the FP8 forward's GPU tests first, alone on the GP
   echo "fp8 rc=$?"; grep -A12 "rel. error" $OUT/fp8.log; tail -2 $OUT/fp8.log
 fi
 V=inductor,hot,hot_fp8,hot_fp8_memory,torchao_float8,torchao_float8_rowwise
+upto() {  # seconds a part may take: $1 from now, no later than DEADLINE after the start
+  # (at least 1: `timeout 0` would not cut at all; session 27's last call passed the test
+  # part a negative limit, counted from the call's start, and its tests never ran)
+  local rest=$(left ${DEADLINE:-580}); local t=$(( $1 < rest ? $1 : rest )); echo $(( t > 1 ? t : 1 ))
+}
 run_part() {  # $1: a part's name, or "model:variants" (a bench of its own, named after the model)
 local part=$1
 if [[ $part == *:* ]]; then
@@ -86,22 +91,22 @@ OUT=$ROOT/$part; mkdir -p $OUT; echo "=== $part $(( $(date +%s)-T0 ))s"
 if [ "$part" = newtests ]; then
   # what changed since the last GPU run: the FP8 forward's tests, the SwiGLU-codes lowering
   # and the fused weight operands
-  timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1 &
-  timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
+  timeout $(upto ${TDEADLINE:-170}) python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1 &
+  timeout $(upto ${TDEADLINE:-170}) python3 -m pytest tests/test_lowering_gpu.py -q -p no:cacheprovider \
     -k "swiglu or recompute" > $OUT/lowering.log 2>&1 &
-  timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_weight_operands_gpu.py -q -p no:cacheprovider \
+  timeout $(upto ${TDEADLINE:-170}) python3 -m pytest tests/test_weight_operands_gpu.py -q -p no:cacheprovider \
     > $OUT/weights.log 2>&1 &
   wait; for f in fp8 lowering weights; do echo "== $f:"; grep -E "passed|failed|rror" $OUT/$f.log | tail -6; done
 elif [ "$part" = fp8tests ]; then  # the FP8 forward's GPU tests alone (~45 s)
-  timeout $(left ${TDEADLINE:-170}) python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1
+  timeout $(upto ${TDEADLINE:-170}) python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1
   echo "fp8tests rc=$?"; grep -E "passed|failed|rror" $OUT/fp8.log | tail -6
 elif [ "$part" = scaledmm ]; then
   # one FP8 GEMM per Llama shape with vector, tensorwise and moved-out scales (session 27)
-  timeout $(left ${SDEADLINE:-120}) python3 experiments/scaled_mm_scaling.py \
+  timeout $(upto ${SDEADLINE:-120}) python3 experiments/scaled_mm_scaling.py \
     --out $OUT/scaled_mm_scaling.md > $OUT/scaledmm.log 2>&1; echo "scaledmm rc=$?"; tail -16 $OUT/scaledmm.log
 elif [ "$part" = weights ]; then
   # the fused weight operands (hotcompile/kernels/weight_triton.py) against today's passes
-  timeout $(left ${WDEADLINE:-150}) python3 experiments/weight_operands.py $WARGS \
+  timeout $(upto ${WDEADLINE:-150}) python3 experiments/weight_operands.py $WARGS \
     --out $OUT/weight_operands.md > $OUT/weights.log 2>&1; echo "weights rc=$?"; cat $OUT/weights.log | tail -16
 elif [ "$part" = tests ]; then
   # all four in parallel (each compiles more than it runs), each cut at DEADLINE s

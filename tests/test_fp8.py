@@ -411,3 +411,54 @@ def test_weight_operands_are_made_together_where_measured_to_pay(monkeypatch):
     assert native.weight_operands_pay((3072, 1024), "nearest", "sawb")
     # SAWB only where HQ's codes are integers: FP8 values always take the max-abs scale
     assert not native.weight_operands_pay((3072, 1024), FP8_E4M3, "sawb")
+
+
+@pytest.mark.parametrize(
+    ("mode", "forward_fast", "gx_fast"),
+    [("forward", True, False), ("all", True, True), ("off", False, False)],
+)
+def test_fp8_fast_accum_reaches_the_gemms_it_names(monkeypatch, mode, forward_fast, gx_fast):
+    """``fp8_fast_accum`` sets ``use_fast_accum`` on the GEMMs it names and no others: the FP8
+    forward's (default), HQ's g_x GEMM on FP8 values with ``"all"``; INT4-grid codes (the
+    vision recipe) never, whatever the option — their integer sums are exact only without it.
+    The config reaches each layer's spec through the rewrite."""
+    from hotcompile.config import HotConfig
+
+    rewrite = importlib.import_module("hotcompile.passes.rewrite")  # the module, not the pass
+    spec = rewrite._spec(HotConfig(forward="fp8", fp8_fast_accum=mode), "l", "linear",
+                         "per_token", "l", hla=False)  # fmt: skip
+    assert spec.fast_accum == mode
+    calls = []
+    real = torch._scaled_mm
+
+    def recorded(a, b, **kw):
+        calls.append((tuple(a.shape), kw.get("use_fast_accum", False)))
+        return real(a, b, **kw)
+
+    monkeypatch.setattr(torch, "_scaled_mm", recorded)
+    x, w, _ = _data(m=64, k=80, n=32)  # x [64, 80]; g_x's codes [64, 32], g_w's [32, 64]
+    gy = torch.randn(64, 32, generator=torch.Generator().manual_seed(1))
+    text = dict(gx_bits=8, gx_format="fp8", gw_format="fp8", hla_rows=())
+    for recipe, extra in (("text", text), ("vision", {})):
+        layer = LayerSpec(name="l", forward="fp8_rowwise", lowering="native", fast_accum=mode,
+                          **extra)  # fmt: skip
+        calls.clear()
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = hot_linear(xs, ws, None, layer)
+        y.backward(gy)
+        fwd = [fast for shape, fast in calls if shape == (64, 80)]
+        gx = [fast for shape, fast in calls if shape == (64, 32)]
+        assert fwd == [forward_fast], (recipe, calls)
+        assert gx and all(f == (gx_fast and recipe == "text") for f in gx), (recipe, calls)
+
+
+def test_gate_keys_tell_fast_accumulation_apart():
+    """The gate's cached timings of an FP8 forward with fast accumulation are never taken for
+    one without (or back): the keys differ. Shapes without it keep the keys they had before
+    the option (a carried cache stays valid)."""
+    from hotcompile.lowering import gate
+
+    plain = gate.Shape(L=4096, O=1024, I=1024, N=4, S=1024, forward="fp8_rowwise")
+    fast = dataclasses.replace(plain, fast_forward=True)
+    assert plain.key("gpu") != fast.key("gpu")
+    assert plain.key("gpu").endswith("'fp8_rowwise')")  # the last field before the option

@@ -165,10 +165,16 @@ class Shape:
     #: ``"fp8_rowwise"`` / ``"fp8_tensorwise"`` (``HotConfig.forward="fp8"``: both forwards
     #: timed, the faster taken on HOT's side)
     forward: str = "bf16"
+    #: the FP8 forward's GEMM runs with Hopper's fast accumulation
+    #: (``HotConfig.fp8_fast_accum``, session 27): timed so
+    fast_forward: bool = False
 
     def key(self, device_name: str) -> str:
         head = f"{device_name}|{torch.__version__}|v{MEASURE_VERSION}|"
-        return head + repr(dataclasses.astuple(self))
+        fields = dataclasses.astuple(self)
+        if not self.fast_forward:  # keys as before the field: carried caches stay valid
+            fields = fields[:-1]
+        return head + repr(fields)
 
 
 # ----------------------------------------------------------------------------- model
@@ -472,14 +478,15 @@ def measure(s: Shape, device: torch.device) -> Speed:
 
 def _forward_us(s: Shape, x: torch.Tensor, w: torch.Tensor) -> dict[str, float]:
     """Both forwards of ``s``: bf16 (the weight's autocast copy and the GEMM) and FP8 (the
-    GEMM timed, the casts modelled by :func:`_fp8_casts_us`: timed as eager ATen they would
-    be several kernels each, where the compiled step fuses them)."""
+    GEMM timed, with the step's accumulation, ``s.fast_forward``; the casts modelled by
+    :func:`_fp8_casts_us`: timed as eager ATen they would be several kernels each, where the
+    compiled step fuses them)."""
     from hotcompile import fp8
 
     scaling = s.forward.removeprefix("fp8_")
     xq, sx, wq, sw = fp8.operands(x, w.to(x.dtype), scaling)
     bf16 = _graph_us(lambda: torch.mm(x, w.to(x.dtype).t()))
-    gemm = _graph_us(lambda: fp8.scaled_gemm(xq, sx, wq, sw, scaling, x.dtype))
+    gemm = _graph_us(lambda: fp8.scaled_gemm(xq, sx, wq, sw, scaling, x.dtype, s.fast_forward))
     return {"fwd_bf16_us": bf16, "fwd_fp8_us": gemm + _fp8_casts_us(s)}
 
 
