@@ -117,8 +117,6 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # torch._scaled_mm's CPU kernel: the same e4m3 numerics as on a GPU, the model's head kept
     # in bf16/FP32)
     "hot_fp8": {"forward": "fp8"},
-    # session 27: with HQ's g_x GEMM on FP8 values in fast accumulation too
-    "hot_fp8_fast_gx": {"forward": "fp8", "fp8_fast_accum": "all"},
 }
 
 
@@ -1006,7 +1004,10 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_default": {"prefer": "speed"},
     # issue 34: the forward's GEMMs in FP8 as well (every layer but the head, prefer="paper")
     "hot_fp8": VARIANTS["hot_fp8"],
-    "hot_fp8_fast_gx": VARIANTS["hot_fp8_fast_gx"],
+    # session 27: HQ's g_x GEMM on FP8 values (the text recipe) in Hopper's fast accumulation
+    # (fp8_fast_accum="all"); GPU only: torch's CPU FP8 GEMM has no such mode
+    "hot_fp8_fast_gx": {"forward": "fp8", "fp8_fast_accum": "all"},
+    "hot_fast_gx": {"fp8_fast_accum": "all"},
     # ablations (not in the default run): which part of HOT costs the LM at this scale. All
     # pin recipe="vision" (they ran when it was the default); those with HLA pin
     # hla_signs=False: they ran when the low-pass was the default.

@@ -187,6 +187,8 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # (as torchao's forward); these take it back, or extend it to the text recipe's g_x GEMM
     "hot_fp8_exact_accum": {"forward": "fp8", "fp8_fast_accum": "off"},
     "hot_fp8_fast_gx": {"forward": "fp8", "fp8_fast_accum": "all"},
+    # the default (bf16 forward) with the text recipe's g_x GEMM in fast accumulation
+    "hot_fast_gx": {"fp8_fast_accum": "all"},
     "hot_fp8_memory": {"forward": "fp8", "prefer": "memory"},
     # run 39: hot_fp8 saved 0.42 GiB more than torchao (down's ABC codes), and its peak was
     # 1.04x torchao's; the SwiGLU's inputs as FP8 codes alone (prefer="memory"'s third option,
@@ -322,6 +324,8 @@ VARIANT_NOTES: dict[str, str] = {
     "accumulates in float32; hot_fp8 before session 27)",
     "hot_fp8_fast_gx": 'as hot_fp8, with fp8_fast_accum="all" (HQ\'s g_x GEMM on FP8 values '
     "takes Hopper's fast accumulation too)",
+    "hot_fast_gx": 'as hot (bf16 forward), with fp8_fast_accum="all": the text recipe\'s g_x '
+    "GEMM on FP8 values in Hopper's fast accumulation",
     "hot_fp8_memory": 'as hot_fp8, with prefer="memory" (every eligible layer HOT, the memory '
     "options of hot_memory)",
     "hot_fp8_swiglu": 'as hot_fp8, with abc_swiglu="fp8" (a gated MLP saves its gate and up '
