@@ -47,21 +47,27 @@
 # weights (WARGS="--sweep --deadline 95") lean; on nvidia-h200-x2 fsdp2 pair (runs 46-47,
 # 8B widths and ViT-L side by side) and pair (runs 48-49, cut). `pair` doubles what a call
 # holds: prefer nvidia-h200-x2 when it is lent, and keep each comparison inside one GPU's bench.
-# Next, in this order: (1) on nvidia-h200-x2, `weights pair` (weights: the Llamas' and ViT-L's
-# weight shapes, ViT-L with the vision recipe's SAWB codes, ~40 s), the pair with
-# GPU0="llama:inductor_cg,hot_fp8_cg,torchao_float8_cg" (is the host's 1.0 ms of the Llama's
-# gap gone under CUDA graphs?) and GPU1="llama:inductor,hot_fp8,hot_fp8_recompute,torchao_float8"
-# (hot_fp8 and torchao in one bench after 8215b8a's by-shape weight rule; down's 0.5 GiB of
-# ABC codes re-derived in the backward from the SwiGLU's saved inputs, as torchao does:
-# the peak target's next step); (2) `pair` with
-# GPU0="llama8b:inductor,hot_fp8_lean,hot_fp8_memory,torchao_float8" and
-# GPU1="vit_b16:inductor,hot,hot_fp8,torchao_float8" (the floor on ViT-B); (3) `fsdp2` with
-# FSDP="hot_fp8" NPROC=1 for the 1-GPU curve the 2-GPU run follows; (4) `profile` with
-# MODELS=llama8b (the 8B widths' hot_fp8 against torchao kernel by kernel: the last 0.5%).
+# Session 27 (3 calls on nvidia-h200-x2, tools/results/fp8_forward_h200_s27.md): weights pair
+# (runs 50-51: CUDA graphs, hot_fp8_recompute); lanes scaledmm + Llamas | newtests + ViT-B +
+# ViT-L (runs 52-55); lanes Llamas with fast accumulation | acc + 8B widths (runs 56-57, the 8B
+# bench cut before torchao; fp8tests got a negative limit and did not run: fixed, `upto`).
+# Next, in this order, two lanes per call on nvidia-h200-x2 (order each bench's variants with
+# torchao early: a cut bench loses its last ones):
+# (1) LANE0="fp8tests llama8b:inductor,torchao_float8,hot_fp8,hot_fp8_fast_gx,hot,hot_fast_gx"
+#     LANE1="newtests llama:inductor,torchao_float8,hot_fp8,hot_fp8_fast_gx,hot_fast_gx"
+#     (the GPU tests of fast accumulation, never run yet; the 8B target in one bench; the
+#     default with the text g_x in fast accumulation against the 1.15x target);
+# (2) ACC="hot_fp8_fast_gx" LANE0="acc" LANE1="vit_l16:inductor,hot_fp8,hot" (is "all" accurate
+#     enough to be the text recipe's default? ViT-L's floor with no other lane compiling: run
+#     55 read 0.96x beside GPU 0's compiles);
+# (3) `fsdp2` with FSDP="inductor hot_fp8 torchao_float8" (after fast accumulation) and
+#     NPROC=1 FSDP=hot_fp8 for the 1-GPU curve; (4) `profile` MODELS=llama: what is left of
+#     HOT's quantizer passes against torchao's casts.
 #
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
-# Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (each part's
-# deadline counts from the call's start; set DEADLINE per call). Files land in $OUT/<part>/.
+# Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (benches stop at
+# DEADLINE s after the call's start; test and timing parts get their own limit from when they
+# start, but never past DEADLINE; set DEADLINE per call). Files land in $OUT/<part>/.
 parts=${*:-tests}
 source experiments/gpu_env.sh
 ROOT=$OUT
