@@ -89,6 +89,16 @@ class LayerSpec:
     dilation: tuple[int, int] = (1, 1)
 
     @property
+    def fast_forward(self) -> bool:
+        """The FP8 forward's GEMM takes Hopper's fast accumulation (``fast_accum``)."""
+        return self.fast_accum in ("forward", "all")
+
+    @property
+    def fast_gx(self) -> bool:
+        """HQ's g_x GEMM takes it where its codes are FP8 values (``fast_accum="all"``)."""
+        return self.fast_accum == "all"
+
+    @property
     def per_token(self) -> bool:
         return self.gx_scaling == "per_token"
 
@@ -284,7 +294,7 @@ def _input_grad(
             return gy2.new_zeros((0, wq.shape[0])), None
         return native.grad_input_codes(
             gy2, wq, sw, spec.gx_bits, spec.per_token, spec.gx_rounding, raw_amax, given,
-            spec.fast_accum == "all",
+            spec.fast_gx,
         )  # fmt: skip
     return ops.hq_grad_input(gy2, w2, *spec.hq_args), None
 
@@ -547,8 +557,8 @@ class HotLinearFunction(torch.autograd.Function):
         if spec.forward == "bf16":
             y = F.linear(x, weight, bias)
         else:  # "fp8_rowwise" / "fp8_tensorwise"
-            fast = spec.fast_accum in ("forward", "all")
-            y = fp8.linear(x, weight, bias, spec.forward.removeprefix("fp8_"), w_fp8, fast)
+            scaling = spec.forward.removeprefix("fp8_")
+            y = fp8.linear(x, weight, bias, scaling, w_fp8, spec.fast_forward)
         saved += [weight] if ctx.save_w else []
         if need_gw:
             if spec.gw_exact or not spec.abc:

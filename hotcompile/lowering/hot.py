@@ -248,7 +248,7 @@ def weight_codes(
 #: against 24.6 (apart, the bf16 copy of a short-rowed weight is read back from L2); timed
 #: with the text recipe's FP8 codes. With SAWB-scaled codes (the vision recipe's INT4) the
 #: passes apart take one more over W for SAWB's sums and the fused pair won at every shape
-#: timed (session 27, ``experiments/results/weight_operands_h200.md``): ViT-L/16's 3072 × 1024
+#: timed (session 27, ``experiments/results/weight_operands_h200_s27.md``): ViT-L/16's 3072 × 1024
 #: 28.7 µs against 51.4, 1024 × 1024 25.1 against 29.6, 4096 × 1024 34.3 against 65.1
 WEIGHT_OPERANDS_MIN_I = 4096
 
