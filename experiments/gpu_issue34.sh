@@ -23,7 +23,8 @@
 #          (WARGS="--sweep --deadline 90": the kernel's tiles instead).
 # vitl:    ViT-L/16: inductor / hot_fp8 (the gate's fp8_forward path, new after run 41) /
 #          torchao tensorwise.
-# profile: the Llama's hot_fp8 and torchao tensorwise with --profile 3: which kernels differ.
+# profile: the Llama's hot_fp8 and torchao tensorwise with --profile 3: which kernels differ
+#          (PVARIANTS=... for others, e.g. hot_fp8,hot_fp8_lean: where lean's 2 ms go).
 # acc:     the ~127M HF Llama on bytes, ACC (default "bf16 hot_fp8") x 3 seeds, one process
 #          each (6 at once: ~250 s each on an H200 beside 6 others); ACC="hot torchao_fp8"
 #          for the issue's other two.
@@ -61,8 +62,10 @@
 #     enough to be the text recipe's default? ViT-L's floor with no other lane compiling: run
 #     55 read 0.96x beside GPU 0's compiles);
 # (3) `fsdp2` with FSDP="inductor hot_fp8 torchao_float8" (after fast accumulation) and
-#     NPROC=1 FSDP=hot_fp8 for the 1-GPU curve; (4) `profile` MODELS=llama: what is left of
-#     HOT's quantizer passes against torchao's casts.
+#     NPROC=1 FSDP=hot_fp8 for the 1-GPU curve; (4) `profile` MODELS=llama
+#     PVARIANTS=hot_fp8,hot_fp8_lean,torchao_float8: what is left of HOT's quantizer passes
+#     against torchao's casts, and where hot_fp8_lean's ~2 ms go (run 49: 64.9 ms at a peak
+#     0.92x torchao's, the only variant under the peak target).
 #
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (benches stop at
@@ -132,7 +135,7 @@ elif [ "$part" = vitl ]; then
   bench vit_l16 ${VITL:-inductor,hot_fp8,torchao_float8} ${DEADLINE:-580}
 elif [ "$part" = profile ]; then
   timeout $(left 580) python3 tools/bench_train.py --no-progress --isolate --profile 3 --steps 10 \
-    --models ${MODELS:-llama} --variants hot_fp8,torchao_float8 --out $OUT/bench > $OUT/bench.log 2>&1
+    --models ${MODELS:-llama} --variants ${PVARIANTS:-hot_fp8,torchao_float8} --out $OUT/bench > $OUT/bench.log 2>&1
   echo "profile rc=$?"; grep -E "^\| (hot|torchao)" $OUT/bench/bench_train.md
 elif [ "$part" = acc ]; then
   for v in ${ACC:-bf16 hot_fp8}; do for s in 0 1 2; do
