@@ -54,9 +54,10 @@
 # bench cut before torchao; fp8tests got a negative limit and did not run: fixed, `upto`).
 # Next, in this order, two lanes per call on nvidia-h200-x2 (order each bench's variants with
 # torchao early: a cut bench loses its last ones):
-# (1) LANE0="fp8tests llama8b:inductor,torchao_float8,hot_fp8,hot_fp8_fast_gx,hot,hot_fast_gx"
+# (1) SARGS=--errors LANE0="fp8tests scaledmm llama8b:inductor,torchao_float8,hot_fp8,hot_fp8_fast_gx,hot,hot_fast_gx"
 #     LANE1="newtests llama:inductor,torchao_float8,hot_fp8,hot_fp8_fast_gx,hot_fast_gx"
-#     (the GPU tests of fast accumulation, never run yet; the 8B target in one bench; the
+#     (the GPU tests of fast accumulation, never run yet; its error beside e4m3's per GEMM
+#     shape; the 8B target in one bench; the
 #     default with the text g_x in fast accumulation against the 1.15x target);
 # (2) ACC="hot_fp8_fast_gx" LANE0="acc" LANE1="vit_l16:inductor,hot_fp8,hot" (is "all" accurate
 #     enough to be the text recipe's default? ViT-L's floor with no other lane compiling: run
@@ -111,7 +112,8 @@ elif [ "$part" = fp8tests ]; then  # the FP8 forward's GPU tests alone (~45 s)
   echo "fp8tests rc=$?"; grep -E "passed|failed|rror" $OUT/fp8.log | tail -6
 elif [ "$part" = scaledmm ]; then
   # one FP8 GEMM per Llama shape with vector, tensorwise and moved-out scales (session 27)
-  timeout $(upto ${SDEADLINE:-120}) python3 experiments/scaled_mm_scaling.py \
+  # (SARGS=--errors: the relative error of fast accumulation instead, ~30 s)
+  timeout $(upto ${SDEADLINE:-120}) python3 experiments/scaled_mm_scaling.py $SARGS \
     --out $OUT/scaled_mm_scaling.md > $OUT/scaledmm.log 2>&1; echo "scaledmm rc=$?"; tail -16 $OUT/scaledmm.log
 elif [ "$part" = weights ]; then
   # the fused weight operands (hotcompile/kernels/weight_triton.py) against today's passes

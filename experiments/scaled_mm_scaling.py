@@ -14,6 +14,15 @@ benchmark-Llama shape (8192 tokens) under CUDA graphs, five ways:
   a consumer that inductor fuses it into would make the pass free).
 
     python3 experiments/scaled_mm_scaling.py [--out experiments/results/scaled_mm_scaling_h200.md]
+    python3 experiments/scaled_mm_scaling.py --errors [--out ...]   # what fast accumulation costs
+
+Session 27 (H200, ``results/scaled_mm_scaling_h200.md``): rowwise and tensorwise within ~5%,
+fast accumulation 5–16% faster either way, the scales in a pass of their own always slower;
+hence ``HotConfig.fp8_fast_accum``. ``--errors`` (not yet run) gives, per shape, the relative
+error of the rowwise GEMM's output with float32 and with fast accumulation against a float64
+product of the same e4m3 operands, beside e4m3's own rounding error of those operands
+(normal random data): whether ``fp8_fast_accum="all"`` (HQ's g_x GEMM too) costs accuracy
+that matters next to the quantization it already takes.
 """
 
 from __future__ import annotations
@@ -65,11 +74,57 @@ def _gemm(a, b, way):
     return lambda: tw_scale(a, b, sa, sb)
 
 
+def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.double() - ref).norm() / ref.norm())
+
+
+def errors(device: str = "cuda") -> list[str]:
+    """Per shape and GEMM: ``‖y − y64‖ / ‖y64‖`` of the rowwise GEMM's bf16 output with
+    float32 and with fast accumulation (``y64``: the float64 product of the dequantized e4m3
+    operands), and e4m3's rounding (the float64 product of the operands before quantization
+    against ``y64``)."""
+    from hotcompile.quant import FP8_E4M3, dequantize, quantize
+
+    lines = [
+        "| model | layer | GEMM | M × N × K | float32 accumulation | fast accumulation | "
+        "e4m3 rounding of the operands |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    g = torch.Generator(device=device).manual_seed(0)
+    for model, layer, n, k in SHAPES:
+        for gemm, (nn, kk) in (("forward", (n, k)), ("g_x", (k, n))):
+            x = torch.randn(M, kk, device=device, generator=g)
+            w = torch.randn(nn, kk, device=device, generator=g) * 0.02
+            xq, sx = quantize(x, 8, True, FP8_E4M3)
+            wq, sw = quantize(w, 8, True, FP8_E4M3)
+            y64 = dequantize(xq, sx).double() @ dequantize(wq, sw).double().t()
+            exact = x.double() @ w.double().t()
+
+            out = [
+                _rel(torch._scaled_mm(xq, wq.t(), scale_a=sx[:, None], scale_b=sw[None, :],
+                                      out_dtype=torch.bfloat16, use_fast_accum=fast), y64)
+                for fast in (False, True)
+            ]  # fmt: skip
+            quant = _rel(y64, exact)
+            lines.append(f"| {model} | {layer} | {gemm} | {M} × {nn} × {kk} | {out[0]:.1e} | "
+                         f"{out[1]:.1e} | {quant:.1e} |")  # fmt: skip
+            print(lines[-1], flush=True)
+            del x, w, xq, wq, y64, exact
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=pathlib.Path, help="also write the markdown table here")
+    p.add_argument("--errors", action="store_true", help="accuracy of fast accumulation instead")
     args = p.parse_args(argv)
     where = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {datetime.date.today()}"
+    if args.errors:
+        head = f"# Rowwise FP8 GEMM: relative error of the output ({where}), normal random data"
+        text = "\n".join([head, "", *errors()]) + "\n"
+        if args.out:
+            args.out.write_text(text)
+        return 0
     lines = [
         f"# One FP8 GEMM, five ways of scaling ({where}); µs, PFLOP/s in brackets",
         "",
