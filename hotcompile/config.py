@@ -338,8 +338,7 @@ class HotConfig:
             benchmark Llamas' shapes 5–16% faster, rowwise scales as tensorwise
             (``experiments/results/scaled_mm_scaling_h200.md``). INT4-grid codes (the vision
             recipe's g_x) never take it: their integer sums are exact only in float32. The
-            speed gate times the FP8 forward's GEMM with the setting, HQ's g_x without it
-            (under ``"all"`` HOT's side is then timed slightly slow).
+            speed gate times both GEMMs as the step runs them.
     """
 
     block_size: int = 16

@@ -482,6 +482,7 @@ def _gate(
         x_readers=1 if (spec.hla_signs and spec.hla_rows) or not spec.abc else x_readers,
         forward=forward,
         fast_forward=forward != "bf16" and spec.fast_forward,
+        fast_gx=spec.fast_gx,
     )  # fmt: skip
     speed = decide(shape, x.device)
     return speed, "" if speed.hot else f"speed: {speed.describe()}"

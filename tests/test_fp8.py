@@ -452,13 +452,37 @@ def test_fp8_fast_accum_reaches_the_gemms_it_names(monkeypatch, mode, forward_fa
         assert gx and all(f == (gx_fast and recipe == "text") for f in gx), (recipe, calls)
 
 
-def test_gate_keys_tell_fast_accumulation_apart():
-    """The gate's cached timings of an FP8 forward with fast accumulation are never taken for
-    one without (or back): the keys differ. Shapes without it keep the keys they had before
-    the option (a carried cache stays valid)."""
+def test_gate_times_and_keys_fast_accumulation(monkeypatch):
+    """The gate's cached timings with fast accumulation (the forward's, the g_x GEMM's) are
+    never taken for ones without (or back): the four keys differ. Shapes without it keep the
+    keys they had before the option, and those with the forward's only the keys session 27
+    cached (a carried cache stays valid). HOT's timed side runs the g_x GEMM as the step
+    would (``fast_gx``)."""
     from hotcompile.lowering import gate
+
+    calls = []
+    real = torch._scaled_mm
+
+    def recorded(a, b, **kw):
+        calls.append(kw.get("use_fast_accum", False))
+        return real(a, b, **kw)
+
+    monkeypatch.setattr(torch, "_scaled_mm", recorded)
+    text = gate.Shape(L=64, O=32, I=48, N=2, S=32, gx_bits=8, gw_bits=None, need_gw=False,
+                      rounding=FP8_E4M3, weight_scale="maxabs", dtype="float32")  # fmt: skip
+    for fast in (False, True):
+        s = dataclasses.replace(text, fast_gx=fast)
+        g = torch.Generator().manual_seed(0)
+        gy, w, x = (torch.randn(*shape, generator=g) for shape in ((64, 32), (32, 48), (64, 48)))
+        calls.clear()
+        gate._hot_fn(s, gy, w, x)()
+        assert calls == [fast], calls
 
     plain = gate.Shape(L=4096, O=1024, I=1024, N=4, S=1024, forward="fp8_rowwise")
     fast = dataclasses.replace(plain, fast_forward=True)
-    assert plain.key("gpu") != fast.key("gpu")
-    assert plain.key("gpu").endswith("'fp8_rowwise')")  # the last field before the option
+    gx = dataclasses.replace(plain, fast_gx=True)
+    both = dataclasses.replace(fast, fast_gx=True)
+    keys = {s.key("gpu") for s in (plain, fast, gx, both)}
+    assert len(keys) == 4
+    assert plain.key("gpu").endswith("'fp8_rowwise')")  # the last field before the options
+    assert fast.key("gpu").endswith("'fp8_rowwise', True)")  # as session 27 cached it

@@ -168,13 +168,24 @@ class Shape:
     #: the FP8 forward's GEMM runs with Hopper's fast accumulation
     #: (``HotConfig.fp8_fast_accum``, session 27): timed so
     fast_forward: bool = False
+    #: and HQ's g_x GEMM, where its codes are FP8 values (``fp8_fast_accum="all"``)
+    fast_gx: bool = False
 
     def key(self, device_name: str) -> str:
+        """The gate cache's key. The fields added after the cache's first keys
+        (:data:`_LATE_FIELDS`) are left out while False, trailing ones first, so that a carried
+        cache's keys stay valid for the shapes they timed."""
         head = f"{device_name}|{torch.__version__}|v{MEASURE_VERSION}|"
         fields = dataclasses.astuple(self)
-        if not self.fast_forward:  # keys as before the field: carried caches stay valid
+        for _ in range(_LATE_FIELDS):
+            if fields[-1] is not False:
+                break
             fields = fields[:-1]
         return head + repr(fields)
+
+
+#: Shape's last fields, added after its keys were first cached (``fast_forward``, ``fast_gx``)
+_LATE_FIELDS = 2
 
 
 # ----------------------------------------------------------------------------- model
@@ -352,7 +363,7 @@ def _hot_fn(s: Shape, gy: torch.Tensor, w: torch.Tensor, x: torch.Tensor):
             if s.gx_bits:
                 wq, sw = hot.weight_codes(wb, s.gx_bits, s.rounding, s.weight_scale)
                 gx, amax = hot.grad_input_codes(gy, wq, sw, s.gx_bits, s.per_token, s.rounding,
-                                                share)  # fmt: skip
+                                                share, fast_accum=s.fast_gx)  # fmt: skip
                 out.append(gx)
             else:
                 out.append(gy @ wb)
