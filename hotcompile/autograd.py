@@ -95,8 +95,9 @@ class LayerSpec:
 
     @property
     def fast_gx(self) -> bool:
-        """HQ's g_x GEMM takes it where its codes are FP8 values (``fast_accum="all"``)."""
-        return self.fast_accum == "all"
+        """HQ's g_x GEMM takes it where its codes are FP8 values (``fast_accum="all"``): the
+        gate then times, and keys, only the layers whose GEMM it changes."""
+        return self.fast_accum == "all" and self.gx_rounding == FP8_E4M3
 
     @property
     def per_token(self) -> bool:

@@ -358,26 +358,14 @@ def grad_input_codes(
         gq, sg, raw = quantize_gy(gy2, bits, per_token, rounding, codes_fp8, pad, raw_amax)
     s_w = sw / 16
     if fp8:
-        fast = fast_accum and fp8_values
         if per_token:
-            out = torch._scaled_mm(
-                gq,
-                wq.t(),
-                scale_a=sg[:, None],
-                scale_b=s_w.expand(1, I).contiguous(),
-                out_dtype=gy2.dtype,
-                use_fast_accum=fast,
-            )
-        else:
-            # tensorwise scales as 0-d tensors: inductor's lowering recognises that recipe
-            out = torch._scaled_mm(
-                gq,
-                wq.t(),
-                scale_a=sg.reshape(()),
-                scale_b=s_w.reshape(()),
-                out_dtype=gy2.dtype,
-                use_fast_accum=fast,
-            )
+            s_a, s_b = sg[:, None], s_w.expand(1, I).contiguous()
+        else:  # tensorwise scales as 0-d tensors: inductor's lowering recognises that recipe
+            s_a, s_b = sg.reshape(()), s_w.reshape(())
+        out = torch._scaled_mm(
+            gq, wq.t(), scale_a=s_a, scale_b=s_b, out_dtype=gy2.dtype,
+            use_fast_accum=fast_accum and fp8_values,
+        )  # fmt: skip
         return out[:L], raw
     s_row = sg[:, None] if per_token else sg
     if bits == 8 and not fp8_values and _int_mm_ok(gq.shape[0], gq.shape[1], I, gq.device):
