@@ -31,7 +31,7 @@
 # fsdp2:   tools/bench_distributed.py --wrapper fsdp2 on 2 GPUs, FSDP (default inductor / hot /
 #          hot_fp8 / torchao_float8), 200 steps, cut at FDEADLINE s.
 # pair:    on nvidia-h200-x2, two single-GPU benches at once: GPU0="model:variants" (default
-#          the 8B widths) and GPU1=... (default ViT-L/16), cut at DEADLINE s.
+#          the 8B widths) and GPU1=... (default ViT-L/16), cut at DEADLINE s (two lanes, below).
 # fp8tests: tests/test_fp8_gpu.py alone.
 # scaledmm: experiments/scaled_mm_scaling.py: one FP8 GEMM per Llama shape, vector scales
 #          against tensorwise ones and scales applied after the GEMM (~60 s).
@@ -150,22 +150,23 @@ elif [ "$part" = fsdp2 ]; then
     --wrapper fsdp2 --models llama --variants ${FSDP:-inductor hot hot_fp8 torchao_float8} \
     --steps 200 --out $OUT/dist > $OUT/dist.log 2>&1; echo "dist rc=$?"; tail -20 $OUT/dist.log
 elif [ "$part" = pair ]; then
-  # on nvidia-h200-x2: two single-GPU benches side by side, GPU 0 on GPU0 (default the 8B
-  # widths), GPU 1 on GPU1 (default ViT-L/16), each cut at DEADLINE s since the start
-  i=0; for spec in "${GPU0:-llama8b:inductor,hot_fp8,torchao_float8,hot}" \
-                   "${GPU1:-vit_l16:inductor,hot_fp8,torchao_float8}"; do
-    CUDA_VISIBLE_DEVICES=$i bench ${spec%%:*} ${spec#*:} ${DEADLINE:-580} gpu$i > $OUT/gpu$i.txt &
-    i=$((i+1))
-  done; wait; cat $OUT/gpu0.txt $OUT/gpu1.txt
+  # on nvidia-h200-x2: two single-GPU benches side by side, GPU0 (default the 8B widths) on
+  # GPU 0, GPU1 (default ViT-L/16) on GPU 1, each cut at DEADLINE s since the start: two
+  # lanes of one bench each (results in gpu0/<model>/, gpu1/<model>/)
+  lanes "${GPU0:-llama8b:inductor,hot_fp8,torchao_float8,hot}" \
+        "${GPU1:-vit_l16:inductor,hot_fp8,torchao_float8}"
 fi
 }
-if [ -n "$LANE0$LANE1" ]; then
-  # on nvidia-h200-x2: GPU 0 runs the parts of LANE0 one after another, GPU 1 those of LANE1,
-  # the two lanes side by side; an item "model:variants" is a bench of its own (gpuN/model/)
-  i=0; for lane in "$LANE0" "$LANE1"; do
+lanes() {  # on nvidia-h200-x2: GPU 0 runs the items of $1 one after another, GPU 1 those of
+  # $2, the two lanes side by side; an item "model:variants" is a bench of its own (gpuN/model/)
+  local i=0 lane
+  for lane in "$1" "$2"; do
     ( export CUDA_VISIBLE_DEVICES=$i; for p in $lane; do run_part $p; done ) > $ROOT/lane$i.txt 2>&1 &
     i=$((i+1))
   done; wait; cat $ROOT/lane0.txt $ROOT/lane1.txt
+}
+if [ -n "$LANE0$LANE1" ]; then
+  lanes "$LANE0" "$LANE1"
 else
   for part in $parts; do run_part $part; done
 fi
