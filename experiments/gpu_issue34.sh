@@ -35,8 +35,8 @@
 # fp8tests: tests/test_fp8_gpu.py alone.
 # scaledmm: experiments/scaled_mm_scaling.py: one FP8 GEMM per Llama shape, vector scales
 #          against tensorwise ones and scales applied after the GEMM (~60 s).
-# LANE0 / LANE1 (instead of parts, on nvidia-h200-x2): GPU 0 runs LANE0's parts one after
-#          another while GPU 1 runs LANE1's; an item "model:variants" is a bench of its own, e.g.
+# LANE0 .. LANE3 (instead of parts, on nvidia-h200-x2 or -x4): GPU i runs LANEi's parts one
+#          after another, all lanes side by side; an item "model:variants" is a bench of its own, e.g.
 #          LANE0="scaledmm llama8b:inductor,hot_fp8,torchao_float8" LANE1="newtests vit_b16:hot".
 #
 # Session 25 (H200 only, 3 calls): newtests + lean (run 42), lean + vitl (runs 43-44), acc
@@ -136,7 +136,7 @@ elif [ "$part" = lean ]; then
 elif [ "$part" = vitl ]; then
   bench vit_l16 ${VITL:-inductor,hot_fp8,torchao_float8} ${DEADLINE:-580}
 elif [ "$part" = profile ]; then
-  timeout $(left 580) python3 tools/bench_train.py --no-progress --isolate --profile 3 --steps 10 \
+  timeout $(left ${DEADLINE:-580}) python3 tools/bench_train.py --no-progress --isolate --profile 3 --steps 10 \
     --models ${MODELS:-llama} --variants ${PVARIANTS:-hot_fp8,torchao_float8} --out $OUT/bench > $OUT/bench.log 2>&1
   echo "profile rc=$?"; grep -E "^\| (hot|torchao)" $OUT/bench/bench_train.md
 elif [ "$part" = acc ]; then
@@ -157,16 +157,18 @@ elif [ "$part" = pair ]; then
         "${GPU1:-vit_l16:inductor,hot_fp8,torchao_float8}"
 fi
 }
-lanes() {  # on nvidia-h200-x2: GPU 0 runs the items of $1 one after another, GPU 1 those of
-  # $2, the two lanes side by side; an item "model:variants" is a bench of its own (gpuN/model/)
+lanes() {  # on nvidia-h200-x2 / -x4: GPU i runs the items of the i-th argument one after
+  # another, the lanes side by side; an item "model:variants" is a bench of its own
+  # (gpuN/model/); an empty argument is an idle GPU
   local i=0 lane
-  for lane in "$1" "$2"; do
-    ( export CUDA_VISIBLE_DEVICES=$i; for p in $lane; do run_part $p; done ) > $ROOT/lane$i.txt 2>&1 &
+  for lane in "$@"; do
+    [ -n "$lane" ] && ( export CUDA_VISIBLE_DEVICES=$i; for p in $lane; do run_part $p; done ) \
+      > $ROOT/lane$i.txt 2>&1 &
     i=$((i+1))
-  done; wait; cat $ROOT/lane0.txt $ROOT/lane1.txt
+  done; wait; cat $ROOT/lane*.txt
 }
-if [ -n "$LANE0$LANE1" ]; then
-  lanes "$LANE0" "$LANE1"
+if [ -n "$LANE0$LANE1$LANE2$LANE3" ]; then
+  lanes "$LANE0" "$LANE1" "$LANE2" "$LANE3"
 else
   for part in $parts; do run_part $part; done
 fi
