@@ -18,6 +18,8 @@
 #          hot_fp8_lean (both, down's codes derived from the SwiGLU's) against
 #          inductor and torchao tensorwise (MODELS=llama8b for the other Llama; VARIANTS=...
 #          e.g. with hot_fp8_tensorwise_swiglu once the two halves are known).
+# leancode: inductor's output code of CVARIANTS (default hot_fp8_lean) on the Llama, compiled
+#          without caches (TORCH_LOGS=output_code), for reading the kernels a profile names.
 # weights: experiments/weight_operands.py: the weight's HQ codes and FP8 copy from one pair of
 #          passes (hotcompile/kernels/weight_triton.py) against today's three, per shape
 #          (WARGS="--sweep --deadline 90": the kernel's tiles instead).
@@ -115,6 +117,14 @@ elif [ "$part" = scaledmm ]; then
   # (SARGS=--errors: the relative error of fast accumulation instead, ~30 s)
   timeout $(upto ${SDEADLINE:-120}) python3 experiments/scaled_mm_scaling.py $SARGS \
     --out $OUT/scaled_mm_scaling.md > $OUT/scaledmm.log 2>&1; echo "scaledmm rc=$?"; tail -16 $OUT/scaledmm.log
+elif [ "$part" = leancode ]; then
+  # inductor's generated code of a variant (CVARIANTS, default hot_fp8_lean) on the Llama,
+  # compiled afresh: which kernels make lean's ~2 ms (session 28's profile: one reduction
+  # kernel 385 us a call against hot_fp8's 159)
+  TORCH_LOGS=output_code TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 timeout $(upto ${CDEADLINE:-220}) \
+    python3 tools/bench_train.py --no-progress --steps 2 --profile 0 --models llama \
+    --variants ${CVARIANTS:-hot_fp8_lean} --out $OUT/bench > $OUT/code.log 2>&1
+  echo "leancode rc=$? $(grep -c '^def triton_' $OUT/code.log) kernels"
 elif [ "$part" = weights ]; then
   # the fused weight operands (hotcompile/kernels/weight_triton.py) against today's passes
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/weight_operands.py $WARGS \

@@ -183,10 +183,13 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_fp8": {"forward": "fp8"},
     "hot_fp8_cg": {"forward": "fp8", "mode": "reduce-overhead"},
     "hot_fp8_tensorwise": {"forward": "fp8", "forward_scaling": "tensorwise"},
-    # session 27: the forward's FP8 GEMM with Hopper's fast accumulation is hot_fp8's default
+    # session 27: the forward's FP8 GEMM with Hopper's fast accumulation; session 28: the text
+    # recipe's g_x GEMM too ("all", the default) -- these take it back in steps, or name it
     # (as torchao's forward); these take it back, or extend it to the text recipe's g_x GEMM
     "hot_fp8_exact_accum": {"forward": "fp8", "fp8_fast_accum": "off"},
     "hot_fp8_fast_gx": {"forward": "fp8", "fp8_fast_accum": "all"},
+    "hot_fp8_fast_fwd": {"forward": "fp8", "fp8_fast_accum": "forward"},
+    "hot_exact_accum": {"fp8_fast_accum": "off"},
     # the default (bf16 forward) with the text recipe's g_x GEMM in fast accumulation
     "hot_fast_gx": {"fp8_fast_accum": "all"},
     "hot_fp8_memory": {"forward": "fp8", "prefer": "memory"},
@@ -323,9 +326,13 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_fp8_exact_accum": 'as hot_fp8, with fp8_fast_accum="off" (the forward\'s FP8 GEMM '
     "accumulates in float32; hot_fp8 before session 27)",
     "hot_fp8_fast_gx": 'as hot_fp8, with fp8_fast_accum="all" (HQ\'s g_x GEMM on FP8 values '
-    "takes Hopper's fast accumulation too)",
+    "takes Hopper's fast accumulation too; the default since session 28)",
+    "hot_fp8_fast_fwd": 'as hot_fp8, with fp8_fast_accum="forward" (only the forward\'s FP8 '
+    "GEMM in fast accumulation: hot_fp8 of session 27)",
     "hot_fast_gx": 'as hot (bf16 forward), with fp8_fast_accum="all": the text recipe\'s g_x '
-    "GEMM on FP8 values in Hopper's fast accumulation",
+    "GEMM on FP8 values in Hopper's fast accumulation (the default since session 28)",
+    "hot_exact_accum": 'as hot, with fp8_fast_accum="off" (every FP8 GEMM accumulates in '
+    "float32: hot before session 28)",
     "hot_fp8_memory": 'as hot_fp8, with prefer="memory" (every eligible layer HOT, the memory '
     "options of hot_memory)",
     "hot_fp8_swiglu": 'as hot_fp8, with abc_swiglu="fp8" (a gated MLP saves its gate and up '
