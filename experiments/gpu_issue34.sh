@@ -39,7 +39,8 @@
 #          against tensorwise ones and scales applied after the GEMM (~60 s).
 # LANE0 .. LANE3 (instead of parts, on nvidia-h200-x2 or -x4): GPU i runs LANEi's parts one
 #          after another, all lanes side by side; an item "model:variants" is a bench of its own, e.g.
-#          LANE0="scaledmm llama8b:inductor,hot_fp8,torchao_float8" LANE1="newtests vit_b16:hot".
+#          LANE0="scaledmm llama8b:inductor,hot_fp8,torchao_float8" LANE1="newtests vit_b16:hot";
+#          an item sleepN waits N s (a bench timed after another lane's compiles are done).
 #
 # Session 25 (H200 only, 3 calls): newtests + lean (run 42), lean + vitl (runs 43-44), acc
 # (tools/results/fp8_forward_h200.md). A HOT variant compiles for 80-146 s on a bare machine
@@ -99,6 +100,7 @@ if [[ $part == *:* ]]; then
   OUT=$ROOT/gpu${CUDA_VISIBLE_DEVICES:-0}; mkdir -p $OUT
   bench ${part%%:*} ${part#*:} ${DEADLINE:-580} ${part%%:*}; return
 fi
+if [[ $part == sleep* ]]; then sleep ${part#sleep}; return; fi  # e.g. sleep150: start a lane late
 OUT=$ROOT/$part; mkdir -p $OUT; echo "=== $part $(( $(date +%s)-T0 ))s"
 if [ "$part" = newtests ]; then
   # what changed since the last GPU run: the FP8 forward's tests, the SwiGLU-codes lowering
