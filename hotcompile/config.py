@@ -336,11 +336,12 @@ class HotConfig:
             where its codes are FP8 values — the text recipe — which torchao runs without
             it), ``"forward"`` (the FP8 forward's GEMM only), ``"off"``. On an H200 it made
             one FP8 GEMM of the benchmark Llamas' shapes 5–16% faster, rowwise scales as
-            tensorwise, at ~1e-3 relative error against e4m3 rounding's ~4e-2
-            (``experiments/results/scaled_mm_scaling_h200.md``); the ~127M Llama's loss with
-            ``"all"`` and the FP8 forward was bf16's (+0.00%, 3 seeds, session 28). INT4-grid codes (the vision
-            recipe's g_x) never take it: their integer sums are exact only in float32. The
-            speed gate times both GEMMs as the step runs them.
+            tensorwise, adding ~1e-3 relative error where e4m3's rounding makes ~4e-2
+            (``experiments/results/scaled_mm_scaling_h200.md``, ``scaled_mm_errors_h200.md``);
+            the ~127M Llama's loss with ``"all"`` and the FP8 forward was bf16's (+0.01%, 3
+            seeds, session 28). INT4-grid codes (the vision recipe's g_x) never take it: their
+            integer sums are exact only in float32. The speed gate times both GEMMs as the
+            step runs them.
     """
 
     block_size: int = 16
