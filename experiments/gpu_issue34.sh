@@ -55,22 +55,21 @@
 # (runs 50-51: CUDA graphs, hot_fp8_recompute); lanes scaledmm + Llamas | newtests + ViT-B +
 # ViT-L (runs 52-55); lanes Llamas with fast accumulation | acc + 8B widths (runs 56-57, the 8B
 # bench cut before torchao; fp8tests got a negative limit and did not run: fixed, `upto`).
-# Next, in this order, two lanes per call on nvidia-h200-x2 (order each bench's variants with
-# torchao early: a cut bench loses its last ones):
-# (1) SARGS=--errors LANE0="fp8tests scaledmm llama8b:inductor,torchao_float8,hot_fp8,hot_fp8_fast_gx,hot,hot_fast_gx"
-#     LANE1="newtests llama:inductor,torchao_float8,hot_fp8,hot_fp8_fast_gx,hot_fast_gx"
-#     (the GPU tests of fast accumulation, never run yet; its error beside e4m3's per GEMM
-#     shape; the 8B target in one bench; the
-#     default with the text g_x in fast accumulation against the 1.15x target);
-# (2) ACC="hot_fp8_fast_gx" LANE0="acc" LANE1="vit_l16:inductor,hot_fp8,hot" (is "all" accurate
-#     enough to be the text recipe's default? ViT-L's floor with no other lane compiling: run
-#     55 read 0.96x beside GPU 0's compiles);
-# (3) `fsdp2` with FSDP="inductor hot_fp8 torchao_float8" (after fast accumulation) and
-#     NPROC=1 FSDP=hot_fp8 for the 1-GPU curve; (4) `profile` MODELS=llama
-#     PVARIANTS=hot_fp8,hot_fp8_lean,torchao_float8: what is left of HOT's quantizer passes
-#     against torchao's casts, and where hot_fp8_lean's ~2 ms go (run 49: 64.9 ms at a peak
-#     0.92x torchao's, the only variant under the peak target).
-#
+# Session 28 (4 calls on nvidia-h200-x4, tools/results/fp8_forward_h200_s28.md; the checkout
+# started without caches, so call 1 compiled cold): fp8tests scaledmm(--errors) ViT-L | Llama |
+# 8B widths | acc + profile (runs 58-60); Llama | 8B | ViT-L + leancode | acc (runs 61-63, "all"
+# the default; the Llama bench cut at 530 s after 4 variants); profile ViT-L | sleep150 ViT-L
+# (run 64: ViT-L's hot_fp8 0.99x on a quiet host, 0.77-0.89x beside other lanes' compiles:
+# its step waits on the host); ViT-L cg (run 65, cut in hot_fp8_cg's compile).
+# Lessons: a lane's bench is disturbed by other lanes' compiles when the step is host-bound
+# (ViT-L): time such models in a lane that starts after the others' compiles (sleepN) or alone;
+# a bench of 6 HOT-heavy variants does not fit one call even with warm caches.
+# Next: (1) a kernel of hot_fp8_lean's own for the SwiGLU's codes (forward: a, b and down's FP8
+# x from one read; backward: down's codes straight from a's and b's), then
+# LANE0="llama:inductor,torchao_float8,hot_fp8,hot_fp8_lean" LANE1="llama8b:..same.." (the
+# peak target); (2) ViT-L/16 with CUDA graphs alone (LANE0="vit_l16:inductor_cg,hot_fp8_cg",
+# DEADLINE >= 300: hot_fp8_cg's compile did not fit 165 s); (3) fsdp2 on nvidia-h200-x2 with
+# FSDP="inductor hot_fp8 torchao_float8" and NPROC=1 FSDP=hot_fp8 (not re-run since session 26).
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (benches stop at
 # DEADLINE s after the call's start; test and timing parts get their own limit from when they

@@ -35,7 +35,7 @@ def test_scaled_mm_matches_the_reference(scaling):
     assert fast.dtype == torch.bfloat16
     assert rel(fast, ref) < 1e-2
     assert rel(ref, exact) < 0.06
-    # Hopper's fast accumulation (HotConfig.fp8_fast_accum's default for the forward, as
+    # Hopper's fast accumulation (HotConfig.fp8_fast_accum on the forward, by default, as
     # torchao's forward): the same GEMM up to its narrower running sum, far inside e4m3's error
     with torch.autocast("cuda", dtype=torch.bfloat16):
         quick = fp8.linear(x, w, b, scaling, fast_accum=True)
