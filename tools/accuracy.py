@@ -1005,9 +1005,13 @@ GPU_LM_VARIANTS: dict[str, dict[str, Any] | None] = {
     # issue 34: the forward's GEMMs in FP8 as well (every layer but the head, prefer="paper")
     "hot_fp8": VARIANTS["hot_fp8"],
     # session 27: HQ's g_x GEMM on FP8 values (the text recipe) in Hopper's fast accumulation
-    # (fp8_fast_accum="all"); GPU only: torch's CPU FP8 GEMM has no such mode
+    # (fp8_fast_accum="all", the default since session 28, named here as measured then);
+    # "forward" / "off": the forward's GEMM only / none. GPU only: torch's CPU FP8 GEMM has
+    # no such mode
     "hot_fp8_fast_gx": {"forward": "fp8", "fp8_fast_accum": "all"},
     "hot_fast_gx": {"fp8_fast_accum": "all"},
+    "hot_fp8_fast_fwd": {"forward": "fp8", "fp8_fast_accum": "forward"},
+    "hot_exact_accum": {"fp8_fast_accum": "off"},
     # ablations (not in the default run): which part of HOT costs the LM at this scale. All
     # pin recipe="vision" (they ran when it was the default); those with HLA pin
     # hla_signs=False: they ran when the low-pass was the default.
