@@ -415,19 +415,22 @@ def test_weight_operands_are_made_together_where_measured_to_pay(monkeypatch):
 
 @pytest.mark.parametrize(
     ("mode", "forward_fast", "gx_fast"),
-    [("forward", True, False), ("all", True, True), ("off", False, False)],
+    [(None, True, True), ("forward", True, False), ("all", True, True), ("off", False, False)],
 )
 def test_fp8_fast_accum_reaches_the_gemms_it_names(monkeypatch, mode, forward_fast, gx_fast):
     """``fp8_fast_accum`` sets ``use_fast_accum`` on the GEMMs it names and no others: the FP8
-    forward's (default), HQ's g_x GEMM on FP8 values with ``"all"``; INT4-grid codes (the
-    vision recipe) never, whatever the option — their integer sums are exact only without it.
-    The config reaches each layer's spec through the rewrite."""
+    forward's with ``"forward"``, also HQ's g_x GEMM on FP8 values with ``"all"`` (the default,
+    ``None`` here); INT4-grid codes (the vision recipe) never, whatever the option — their
+    integer sums are exact only without it. The config reaches each layer's spec through the
+    rewrite."""
     from hotcompile.config import HotConfig
 
     rewrite = importlib.import_module("hotcompile.passes.rewrite")  # the module, not the pass
-    spec = rewrite._spec(HotConfig(forward="fp8", fp8_fast_accum=mode), "l", "linear",
-                         "per_token", "l", hla=False)  # fmt: skip
-    assert spec.fast_accum == mode
+    given = {} if mode is None else {"fp8_fast_accum": mode}
+    spec = rewrite._spec(HotConfig(forward="fp8", **given), "l", "linear", "per_token", "l",
+                         hla=False)  # fmt: skip
+    mode = spec.fast_accum
+    assert mode == given.get("fp8_fast_accum", "all")
     calls = []
     real = torch._scaled_mm
 
