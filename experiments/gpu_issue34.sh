@@ -125,7 +125,7 @@ elif [ "$part" = leancode ]; then
   TORCH_LOGS=output_code TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 timeout $(upto ${CDEADLINE:-220}) \
     python3 tools/bench_train.py --no-progress --steps 2 --profile 0 --models llama \
     --variants ${CVARIANTS:-hot_fp8_lean} --out $OUT/bench > $OUT/code.log 2>&1
-  echo "leancode rc=$? $(grep -c '^def triton_' $OUT/code.log) kernels"
+  echo "leancode rc=$? $(grep -c '\] def triton_' $OUT/code.log) kernels"  # lines carry the log's prefix
 elif [ "$part" = weights ]; then
   # the fused weight operands (hotcompile/kernels/weight_triton.py) against today's passes
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/weight_operands.py $WARGS \

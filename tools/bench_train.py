@@ -183,14 +183,13 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_fp8": {"forward": "fp8"},
     "hot_fp8_cg": {"forward": "fp8", "mode": "reduce-overhead"},
     "hot_fp8_tensorwise": {"forward": "fp8", "forward_scaling": "tensorwise"},
-    # session 27: the forward's FP8 GEMM with Hopper's fast accumulation; session 28: the text
-    # recipe's g_x GEMM too ("all", the default) -- these take it back in steps, or name it
-    # (as torchao's forward); these take it back, or extend it to the text recipe's g_x GEMM
+    # Hopper's fast accumulation (fp8_fast_accum): the forward's FP8 GEMM since session 27 (as
+    # torchao's forward), the text recipe's g_x GEMM too since session 28 ("all", the default);
+    # these name each setting, as measured when it was not (yet, or any longer) the default
     "hot_fp8_exact_accum": {"forward": "fp8", "fp8_fast_accum": "off"},
     "hot_fp8_fast_gx": {"forward": "fp8", "fp8_fast_accum": "all"},
     "hot_fp8_fast_fwd": {"forward": "fp8", "fp8_fast_accum": "forward"},
     "hot_exact_accum": {"fp8_fast_accum": "off"},
-    # the default (bf16 forward) with the text recipe's g_x GEMM in fast accumulation
     "hot_fast_gx": {"fp8_fast_accum": "all"},
     "hot_fp8_memory": {"forward": "fp8", "prefer": "memory"},
     # run 39: hot_fp8 saved 0.42 GiB more than torchao (down's ABC codes), and its peak was
