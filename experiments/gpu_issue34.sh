@@ -126,6 +126,10 @@ elif [ "$part" = leancode ]; then
     python3 tools/bench_train.py --no-progress --steps 2 --profile 0 --models llama \
     --variants ${CVARIANTS:-hot_fp8_lean} --out $OUT/bench > $OUT/code.log 2>&1
   echo "leancode rc=$? $(grep -c '\] def triton_' $OUT/code.log) kernels"  # lines carry the log's prefix
+elif [ "$part" = swcodes ]; then
+  # the lean plan's SwiGLU forward kernel against inductor's ATen (session 29)
+  timeout $(upto ${WDEADLINE:-150}) python3 experiments/swiglu_codes.py \
+    --out $OUT/swiglu_codes.md > $OUT/swcodes.log 2>&1; echo "swcodes rc=$?"; tail -8 $OUT/swcodes.log
 elif [ "$part" = weights ]; then
   # the fused weight operands (hotcompile/kernels/weight_triton.py) against today's passes
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/weight_operands.py $WARGS \

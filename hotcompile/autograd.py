@@ -559,7 +559,8 @@ class HotLinearFunction(torch.autograd.Function):
             y = F.linear(x, weight, bias)
         else:  # "fp8_rowwise" / "fp8_tensorwise"
             scaling = spec.forward.removeprefix("fp8_")
-            y = fp8.linear(x, weight, bias, scaling, w_fp8, spec.fast_forward)
+            x8 = _swiglu_fp8_operand(x) if scaling == "rowwise" else None
+            y = fp8.linear(x, weight, bias, scaling, w_fp8, spec.fast_forward, x8)
         saved += [weight] if ctx.save_w else []
         if need_gw:
             if spec.gw_exact or not spec.abc:
@@ -639,17 +640,25 @@ class HotSwiGLUFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, spec: LayerSpec, in_features: int, codes: bool = False,
-                share: bool = False):  # fmt: skip
+                share: bool = False, fp8_product: bool = False):  # fmt: skip
         ctx.spec, ctx.in_features, ctx.codes = spec, in_features, codes
-        if codes:
+        x8 = None
+        if codes and share and fp8_product:
+            # down reads neither the product (its FP8 operand comes from here) nor a's and
+            # b's bf16 values (its ABC codes are derived from the codes): one kernel
+            with _saved_codes():
+                *saved, yq, ys = native.swiglu_forward(a, b, "fp8")
+            x8 = (yq, ys)
+            ctx.save_for_backward(*saved)
+        elif codes:
             with _saved_codes():
                 saved = (*native.swiglu_codes(a), *native.swiglu_codes(b))
             ctx.save_for_backward(*saved)
         else:
             ctx.save_for_backward(a, b)
-        y = F.silu(a) * b
+        y = F.silu(a) * b  # (where nothing reads it, inductor drops it)
         if codes and share:
-            _share_swiglu_codes(y, saved)
+            _share_swiglu_codes(y, saved, x8)
         return y
 
     @staticmethod
@@ -676,21 +685,23 @@ class HotSwiGLUFunction(torch.autograd.Function):
                         gy2, spec.gx_bits, spec.per_token, spec.gx_rounding, fp8, pad, True
                     )
                 _traced_put(_TRACED_GY, gy, _gy_key(spec, ctx.in_features, gy), q)
-        return ga, gb, None, None, None, None
+        return ga, gb, None, None, None, None, None
 
 
 def hot_swiglu(
     a, b, spec: LayerSpec | None = None, in_features: int = 0, codes: bool = False,
-    share: bool = False,
+    share: bool = False, fp8_product: bool = False,
 ):  # fmt: skip
     """``F.silu(a) * b`` whose backward makes HQ's operands of g_a and g_b for the HOT layers
     that produced ``a`` and ``b`` (:class:`HotSwiGLUFunction`); ``spec``: theirs; ``codes``:
     save ``a`` and ``b`` as FP8 codes (``HotConfig.abc_swiglu``); ``share``: the HOT layer
     that reads the product derives its ABC codes from those codes
-    (:func:`_share_swiglu_codes`)."""
+    (:func:`_share_swiglu_codes`); ``fp8_product`` (with both): that layer runs the rowwise
+    FP8 forward, whose operand of the product the kernel that makes the codes writes too
+    (:func:`hotcompile.lowering.hot.swiglu_forward`)."""
     if spec is None or not _wants_grad(a, b):
         return F.silu(a) * b
-    return HotSwiGLUFunction.apply(a, b, spec, in_features, codes, share)
+    return HotSwiGLUFunction.apply(a, b, spec, in_features, codes, share, fp8_product)
 
 
 #: a SwiGLU's saved FP8 codes of its gate and up outputs, by ``id`` of its product, while a
@@ -698,10 +709,12 @@ def hot_swiglu(
 _TRACED_SWIGLU: dict[int, tuple[weakref.ref, tuple, tuple]] = {}
 
 
-def _share_swiglu_codes(y: torch.Tensor, saved: tuple) -> None:
+def _share_swiglu_codes(y: torch.Tensor, saved: tuple, x8: tuple | None = None) -> None:
     """Offer the down projection (the HOT layer that reads ``y = silu(a) * b``) the SwiGLU's
     saved codes ``(ca, sa, cb, sb)`` of ``a`` and ``b``, from which it derives ABC's codes of
-    ``y`` (:func:`_swiglu_product_from_codes`) instead of from ``y`` itself.
+    ``y`` (:func:`_swiglu_product_from_codes`) instead of from ``y`` itself, and ``x8``, the
+    rowwise FP8 operand of ``y`` for its FP8 forward when made already
+    (:func:`_swiglu_fp8_operand`).
 
     Why: under ``abc_swiglu="fp8"`` the backward keeps only the codes of ``a`` and ``b``, so
     down's ABC codes of ``y`` — the other 0.5 GiB of the Llama's MLP — could not be
@@ -713,7 +726,7 @@ def _share_swiglu_codes(y: torch.Tensor, saved: tuple) -> None:
     from torch._subclasses.fake_tensor import is_fake
 
     if is_fake(y):
-        _traced_put(_TRACED_SWIGLU, y, (y._version,), tuple(saved))
+        _traced_put(_TRACED_SWIGLU, y, (y._version,), (tuple(saved), x8))
 
 
 def _swiglu_product_from_codes(x: torch.Tensor) -> torch.Tensor | None:
@@ -723,9 +736,10 @@ def _swiglu_product_from_codes(x: torch.Tensor) -> torch.Tensor | None:
 
     if not _TRACED_SWIGLU or not is_fake(x):
         return None
-    codes = _traced_get(_TRACED_SWIGLU, x, (x._version,))
-    if codes is None:
+    shared = _traced_get(_TRACED_SWIGLU, x, (x._version,))
+    if shared is None:
         return None
+    codes = shared[0]
 
     # plain ATen, not the opaque ``hotcompile.dequantize_rows`` the SwiGLU's own backward
     # reads: this chain is recomputed in the backward (abc_recompute), where inductor fuses
@@ -734,6 +748,21 @@ def _swiglu_product_from_codes(x: torch.Tensor) -> torch.Tensor | None:
     ca, sa, cb, sb = codes
     a, b = dequantize(ca, sa), dequantize(cb, sb)
     return (F.silu(a) * b).to(x.dtype).reshape(x.shape)
+
+
+def _swiglu_fp8_operand(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The rowwise FP8 operand ``(codes [rows, O], scales [rows])`` of ``x`` a SwiGLU made
+    with its codes (:func:`_share_swiglu_codes`), where the FP8 forward reads x in its own
+    dtype (the kernel quantized the product in ``a``'s), else None. Traced only.
+
+    Why: the lean plan's forward then reads gate's and up's outputs once for everything
+    (:func:`hotcompile.lowering.hot.swiglu_forward`), and the bf16 product is never written."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if not _TRACED_SWIGLU or not is_fake(x) or fp8.out_dtype(x) != x.dtype:
+        return None
+    shared = _traced_get(_TRACED_SWIGLU, x, (x._version,))
+    return shared[1] if shared is not None else None
 
 
 def _pair(v) -> tuple[int, int]:

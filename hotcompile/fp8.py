@@ -121,6 +121,7 @@ def linear(
     scaling: str = "rowwise",
     w_operand: tuple[torch.Tensor, torch.Tensor] | None = None,
     fast_accum: bool = False,
+    x_operand: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``x Wᵀ (+ bias)`` with FP8 operands: ``torch._scaled_mm`` where the device multiplies
     FP8 (Hopper/Ada GPUs, torch's CPU kernel) and the shape is aligned, else the reference.
@@ -129,17 +130,24 @@ def linear(
     and scales as :func:`operands` makes them, made already (rowwise: by the kernel that
     also writes HQ's codes of W, :func:`hotcompile.lowering.hot.weight_operands`); only
     where :func:`takes_gemm`. ``fast_accum``: the GEMM's ``use_fast_accum`` (the reference,
-    in float32, has no such mode)."""
+    in float32, has no such mode). ``x_operand``: x's codes ``[M, K]`` and row scales
+    ``[M]``, made already as :func:`operands` makes them (rowwise: by the SwiGLU kernel that
+    also writes the codes its backward reads,
+    :func:`hotcompile.lowering.hot.swiglu_forward`); used where :func:`takes_gemm`, else the
+    reference reads x."""
     K, N = x.shape[-1], w.shape[0]
     if not takes_gemm(x, w):
         if w_operand is not None:
             raise ValueError("a weight operand made already needs the FP8 GEMM (takes_gemm)")
         return linear_reference(x, w, bias, scaling)
     x2 = x.reshape(-1, K)
-    if w_operand is None:
-        xq, sx, wq, sw = operands(x2, w, scaling)
-    else:  # no pass over W here: x's cast only
-        (xq, sx), (wq, sw) = _operand(x2, scaling, out_dtype(x2), True), w_operand
+    if x_operand is not None and scaling != "rowwise":
+        raise ValueError("an x operand made already is rowwise (one scale per token)")
+    if x_operand is not None:  # no pass over x here
+        xq, sx = x_operand[0], x_operand[1].reshape(-1, 1)
+    else:
+        xq, sx = _operand(x2, scaling, out_dtype(x2), True)
+    wq, sw = w_operand if w_operand is not None else _operand(w, scaling, out_dtype(x2))
     dtype = out_dtype(x)
     y = scaled_gemm(xq, sx, wq, sw, scaling, dtype, fast_accum)
     if bias is not None:

@@ -673,6 +673,17 @@ def _hq_linear_spec(node: Any) -> LayerSpec | None:
     return spec if ok else None
 
 
+def _fp8_forward_reader(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s one reader is a HOT linear call with the rowwise FP8 forward that
+    reads it as its x: the SwiGLU's kernel then writes that layer's FP8 operand too."""
+    users = list(node.users)
+    if len(users) != 1 or users[0].op != "call_function" or users[0].args[:1] != (node,):
+        return False
+    spec = getattr(users[0].target, "hot_spec", None)
+    name = getattr(users[0].target, "__name__", "")
+    return spec is not None and name == hot_linear.__name__ and spec.forward == "fp8_rowwise"
+
+
 def _fuse_swiglu(
     gm: torch.fx.GraphModule, codes: bool = False, share: bool = False
 ) -> list[tuple[str, str]]:
@@ -703,9 +714,11 @@ def _fuse_swiglu(
             if x is None:
                 continue
             spec, in_features = sg, _hint(x.shape[-1])
+            fp8_product = codes and share and _fp8_forward_reader(node)
 
-            def call(a, b, spec=spec, in_features=in_features, codes=codes, share=share):
-                return hot_swiglu(a, b, spec, in_features, codes, share)
+            def call(a, b, spec=spec, in_features=in_features, codes=codes, share=share,
+                     fp8_product=fp8_product):  # fmt: skip
+                return hot_swiglu(a, b, spec, in_features, codes, share, fp8_product)
 
             call.__name__ = call.__qualname__ = hot_swiglu.__name__
             node.target, node.args = call, (gate, up)

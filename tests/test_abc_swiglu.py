@@ -143,3 +143,54 @@ def test_the_report_says_the_swiglu_saves_codes():
     opts["abc_swiglu"] = "off"
     rows = {r["name"]: r for r in report(Small(), [(2, 8, 32)], opts).to_json()["layers"]}
     assert rows["gate"]["gy_from"] == "SwiGLU backward (gate * up)"
+
+
+class ResidualSwiGLU(SwiGLU):
+    """``h + down(silu(gate(h)) * up(h))``: down meets the residual stream, so it is no head
+    and takes the FP8 forward (a model's last layer keeps bf16)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(x)
+        return h + super().forward(h)
+
+
+@pytest.mark.slow
+def test_lean_fp8_forward_reads_the_swiglu_kernels_operand(monkeypatch):
+    """``forward="fp8"`` with ``abc_swiglu="fp8"`` and ``abc_recompute="unary"`` (the lean
+    plan): the down projection's FP8 forward takes its operand of ``silu(a)·b`` from the
+    SwiGLU's forward (``lowering.hot.swiglu_forward``: on CUDA the kernel that also writes
+    a's and b's codes, so the bf16 product is never written), not from a cast of the product
+    of its own. The same quantizer of the same values: the step's output and gradients are
+    bit for bit those of down casting the product itself."""
+    import sys
+
+    from hotcompile import fp8
+
+    rewrite = sys.modules["hotcompile.passes.rewrite"]
+    taken, linear = [], fp8.linear
+
+    def spy(*args, **kwargs):
+        taken.append(len(args) > 6 and args[6] is not None)
+        return linear(*args, **kwargs)
+
+    monkeypatch.setattr(fp8, "linear", spy)
+    opts = {**NATIVE, "forward": "fp8", "abc_swiglu": "fp8", "abc_recompute": "unary",
+            "recipe": "text", "compiler": "aot_eager"}  # fmt: skip
+
+    def step():
+        torch._dynamo.reset()
+        taken.clear()
+        torch.manual_seed(0)
+        model = ResidualSwiGLU()
+        with torch.autocast("cpu", torch.bfloat16):
+            out = torch.compile(model, backend="hot", options=opts)(torch.randn(2, 32, 64))
+        out.float().square().mean().backward()
+        return out.detach(), [p.grad for p in model.parameters()], sum(taken)
+
+    out, grads, shared = step()
+    assert shared >= 1  # down, the one layer that reads a SwiGLU's product
+    monkeypatch.setattr(rewrite, "_fp8_forward_reader", lambda node: False)
+    out_own, grads_own, shared_own = step()
+    assert shared_own == 0
+    assert torch.equal(out, out_own)
+    assert all(torch.equal(a, b) for a, b in zip(grads, grads_own, strict=True))

@@ -102,3 +102,67 @@ def test_compiled_block_fp8_forward():
         print(f"  {n:14s} {e0:.4f} {e1:.4f}")
     worse = {n: e for n, e in errs.items() if e[1] > 1.5 * e[0] + 0.03}
     assert not worse, worse
+
+
+def test_swiglu_codes_kernel_matches_the_quantizers():
+    """The lean plan's SwiGLU forward kernel on the GPU, at the 8B MLP's width (a 16384-wide
+    tile, masked) and an odd one: a's and b's rowwise FP8 codes and scales bit for bit the
+    quantizer's (``lowering.hot.swiglu_codes``); the product's against ``quantize`` of the
+    product rounded to bf16, where the GPU's sigmoid may round a rare value the other way."""
+    from hotcompile.kernels import swiglu_triton
+    from hotcompile.lowering.hot import swiglu_codes
+    from hotcompile.quant import FP8_E4M3, quantize
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    u8 = torch.uint8
+    for L, O in ((300, 14336), (257, 1000)):
+        a, b = ((torch.randn(L, O, device="cuda", generator=g) * 3).bfloat16() for _ in range(2))
+        ca, sa, cb, sb, y, sy = swiglu_triton.swiglu_codes(a, b, "fp8")
+        (ra, rsa), (rb, rsb) = swiglu_codes(a), swiglu_codes(b)
+        assert torch.equal(ca.view(u8), ra.view(u8)) and torch.equal(sa, rsa)
+        assert torch.equal(cb.view(u8), rb.view(u8)) and torch.equal(sb, rsb)
+        prod = (torch.nn.functional.silu(a.float()) * b.float()).bfloat16()
+        ry, rsy = quantize(prod, 8, True, FP8_E4M3)
+        assert (y.view(u8) != ry.view(u8)).float().mean().item() < 1e-3
+        torch.testing.assert_close(sy, rsy, rtol=1e-2, atol=0)
+
+
+def test_lean_step_runs_the_swiglu_codes_kernel(monkeypatch):
+    """The lean plan (``forward="fp8"``, ``abc_swiglu="fp8"``, ``abc_recompute="unary"``): the
+    forward's SwiGLU is one launch of ``_swiglu_codes_kernel`` and no inductor kernel of the
+    forward computes silu (the bf16 product is never written); the gradients agree with the
+    step whose down projection casts the product itself (the kernel's product differs from
+    inductor's by a bf16 rounding at most)."""
+    import re
+    import sys
+
+    from test_abc_swiglu import ResidualSwiGLU
+    from torch._inductor.utils import run_and_get_code
+
+    rewrite = sys.modules["hotcompile.passes.rewrite"]
+    opts = {"lowering": "native", "prefer": "paper", "recipe": "text", "forward": "fp8",
+            "abc_swiglu": "fp8", "abc_recompute": "unary"}  # fmt: skip
+
+    def step():
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = ResidualSwiGLU(256, 512).cuda()
+        compiled = torch.compile(model, backend="hot", options=opts)
+        x = torch.randn(4, 64, 256, device="cuda")
+
+        def run():
+            with torch.autocast("cuda", torch.bfloat16):
+                out = compiled(x)
+            out.float().square().sum().backward()
+
+        code = run_and_get_code(run)[1]
+        return code[0], {n: p.grad for n, p in model.named_parameters()}
+
+    forward, grads = step()
+    launches = re.findall(r"^\s+(\w+)\.run\(", forward, re.M)
+    assert sum(n.startswith("_swiglu_codes_kernel") for n in launches) == 1, launches
+    assert not any("silu" in n for n in re.findall(r"def (triton_\w+)\(", forward))
+    monkeypatch.setattr(rewrite, "_fp8_forward_reader", lambda node: False)
+    _, own = step()
+    for k in own:
+        assert rel(grads[k], own[k]) < 0.02, (k, rel(grads[k], own[k]))

@@ -202,6 +202,30 @@ CHECK = textwrap.dedent("""
         bad += not (ea.dtype == ga.dtype == torch.bfloat16)
         bad += not torch.allclose(ga.float(), ea.float(), rtol=1e-2, atol=1e-2)
         bad += not torch.allclose(gb.float(), eb.float(), rtol=1e-2, atol=1e-2)
+    # the lean plan's forward: rowwise FP8 codes of a and b (the quantizer's bits), and the
+    # product's, rounded to a's dtype first, for the down projection's FP8 forward
+    from hotcompile.kernels.swiglu_triton import swiglu_codes as kernel_codes
+    from hotcompile.lowering.hot import swiglu_codes
+    e4m3 = "fp8_e4m3"
+    for L, O, dt in [(5, 40, torch.bfloat16), (3, 256, torch.float16), (4, 100, torch.bfloat16)]:
+        a = (torch.randn(L, O) * torch.logspace(-2, 1, L)[:, None] * 3).to(dt)
+        b = (torch.randn(L, O) * 2).to(dt)
+        a[1] = 0.0  # a zero row: zero scale and codes
+        b[2, 3] = float("nan")  # reaches its row's scale, as in the reference
+        same = lambda u, v: torch.equal(u.float().nan_to_num(7.0), v.float().nan_to_num(7.0))
+        prod = (torch.nn.functional.silu(a.float()) * b.float()).to(dt)
+        for product in (None, "fp8", "values"):
+            ca, sa, cb, sb, y, sy = kernel_codes(a, b, product, warps=4)
+            (ra, rsa), (rb, rsb) = swiglu_codes(a), swiglu_codes(b)
+            n += 1
+            bad += not (same(ca, ra) and same(sa, rsa) and same(cb, rb) and same(sb, rsb))
+            if product == "fp8":
+                ry, rsy = quantize(prod.float(), 8, True, e4m3)
+                n += 1
+                bad += not (same(y, ry) and same(sy, rsy))
+            elif product == "values":
+                n += 1
+                bad += not (y.dtype == dt and same(y, prod))
     print(f"{n - bad}/{n}")
 """)
 
@@ -340,14 +364,27 @@ AOT_HOPPER = textwrap.dedent("""
             kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                     options={"num_warps": 4})
             n += bool(kernel.asm["cubin"])
-    print(f"{n}/4")
+    # the lean plan's SwiGLU forward, each product, at the 8B MLP's width (16384-wide tile)
+    from hotcompile.kernels.swiglu_triton import _swiglu_codes_kernel, codes_warps
+    sig = {"a_ptr": "*bf16", "b_ptr": "*bf16", "ca_ptr": "*fp8e4nv", "cb_ptr": "*fp8e4nv",
+           "sa_ptr": "*fp32", "sb_ptr": "*fp32", "y_ptr": "*fp8e4nv", "sy_ptr": "*fp32",
+           "L": "i32", "O": "i32", "stride_a": "i32", "stride_b": "i32"}
+    for product, y_type in ((0, "*fp8e4nv"), (1, "*fp8e4nv"), (2, "*bf16")):
+        const = dict(PRODUCT=product, ROUND_BF16=True, BLOCK_L=1, BLOCK_O=16384)
+        src = ASTSource(fn=_swiglu_codes_kernel, constexprs=const,
+                        signature={**sig, "y_ptr": y_type, **{k: "constexpr" for k in const}})
+        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                options={"num_warps": codes_warps(14336)})
+        n += bool(kernel.asm["cubin"])
+    print(f"{n}/7")
 """)
 
 
 def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
-    """The kernel written without a GPU compiles to sm_90 machine code (Triton's front end,
-    then ptxas) in both launches, max-abs-FP8 and SAWB-INT4: the interpreter does not check
-    what only a GPU compile does (globals read as constexpr, types)."""
+    """The kernels written without a GPU compile to sm_90 machine code (Triton's front end,
+    then ptxas): the weight operands' in both launches, max-abs-FP8 and SAWB-INT4, and the
+    SwiGLU forward's codes for each product: the interpreter does not check what only a GPU
+    compile does (globals read as constexpr, types, a branch never taken)."""
     import pathlib
     import shutil
 
@@ -357,4 +394,4 @@ def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
     if not bundled.exists() and shutil.which("ptxas") is None:
         pytest.skip("no ptxas here (Triton's wheel bundles one)")
     out = _run_script(tmp_path / "aot_check.py", AOT_HOPPER, interpret=False)
-    assert out.split()[-1] == "4/4", out
+    assert out.split()[-1] == "7/7", out

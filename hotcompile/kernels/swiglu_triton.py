@@ -14,6 +14,15 @@ Measured on the H100 (``experiments/swiglu_hq.py`` → ``experiments/results/swi
 the Llama's 8192 × 8192): 301.7 µs against 371.4 for inductor's SwiGLU backward then HQ twice;
 floor 268.4. One row per program, held in registers: widths that are powers of two up to
 ``hq_triton.ONE_WALK``; other widths keep the two steps (:func:`supported`).
+
+The forward has a kernel of its own under ``HotConfig.abc_swiglu="fp8"`` (the lean plan:
+the forward saves ``a`` and ``b`` as rowwise FP8 codes, and the down projection's ABC codes
+are re-derived from them in the backward). Written as ATen, inductor made the codes of
+``a``, of ``b`` and, with ``forward="fp8"``, down's FP8 operand of ``silu(a)·b`` in one
+kernel with three looped row reductions: 385 µs a layer on an H200 where the bytes are worth
+~170 (``tools/results/fp8_forward_h200_s28.md``). ``_swiglu_codes_kernel`` holds each row in
+registers, reads ``a`` and ``b`` once and writes the three sets of codes
+(:func:`supported_codes`: any width up to ``MAX_CODES_ROW``).
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ import triton
 import triton.language as tl
 
 from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16, _quant_store
-from hotcompile.kernels.rounding import ROUNDING_CODES, code_constexprs, normal_scale
+from hotcompile.kernels.rounding import FP8, ROUNDING_CODES, code_constexprs, codes, normal_scale
+from hotcompile.kernels.weight_triton import _round_bf16
 
 #: warps per program (one 8192-wide row): 16 took 301.7 µs, 8 303.8, 4 359.0; two rows per
 #: program spill (368-1241 µs) (H100, ``experiments/results/swiglu_hq_h100.json``)
@@ -116,3 +126,117 @@ def launch_swiglu_hq(
         **code_constexprs(bits, rounding),
         BLOCK_L=block_l, BLOCK_O=O, SCALED=scaled, num_warps=warps,
     )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- the forward
+
+#: widest row :func:`_swiglu_codes_kernel` holds in registers (a Llama-3-8B MLP is 14336 wide)
+MAX_CODES_ROW = 16384
+#: what the kernel makes of the product ``silu(a)·b`` besides the codes of ``a`` and ``b``
+PRODUCTS = {None: 0, "fp8": 1, "values": 2}
+
+
+@triton.jit
+def _fp8_rows(x, codes_ptr, scale_ptr, rows, rows64, cols, L, O):
+    """Rowwise e4m3 codes ``[L, O]`` of a whole-row tile ``x`` (float32) and the max-abs/448
+    scale of each row: ``hotcompile.quant.quantize(x, 8, True, FP8_E4M3)``, bit for bit."""
+    scale = normal_scale(_amax_bits(x).to(tl.float32, bitcast=True) * (1.0 / 448.0))
+    tl.store(scale_ptr + rows, scale, mask=rows < L)
+    c = codes(x, scale[:, None], cols[None, :], 0, FP8, 448, 8)  # (offs, seed: unused)
+    mask = (rows < L)[:, None] & (cols < O)[None, :]
+    tl.store(codes_ptr + rows64[:, None] * O + cols[None, :], c.to(codes_ptr.dtype.element_ty),
+             mask=mask)  # fmt: skip
+
+
+@triton.jit
+def _swiglu_codes_kernel(
+    a_ptr, b_ptr, ca_ptr, cb_ptr, sa_ptr, sb_ptr, y_ptr, sy_ptr, L, O, stride_a, stride_b,
+    PRODUCT: tl.constexpr, ROUND_BF16: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_O: tl.constexpr,
+):  # fmt: skip
+    """The forward of ``silu(a) * b`` under ``abc_swiglu="fp8"``: rowwise FP8 codes of ``a``
+    and ``b`` (what the backward reads), and by ``PRODUCT`` (:data:`PRODUCTS`): 1, the
+    product's rowwise FP8 codes (the down projection's FP8 forward operand) of the product
+    as ``F.linear`` reads it; 2, the product itself; 0, nothing. The product is float32
+    arithmetic rounded once to ``a``'s dtype (``ROUND_BF16``: bfloat16, by the float's bits,
+    so that Triton's interpreter, which truncates, agrees). ``BLOCK_L`` rows per program."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
+    rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_O)
+    mask = (rows < L)[:, None] & (cols < O)[None, :]
+    a = tl.load(a_ptr + rows64[:, None] * stride_a + cols[None, :], mask=mask, other=0.0)
+    b = tl.load(b_ptr + rows64[:, None] * stride_b + cols[None, :], mask=mask, other=0.0)
+    a = a.to(tl.float32)
+    b = b.to(tl.float32)
+    _fp8_rows(a, ca_ptr, sa_ptr, rows, rows64, cols, L, O)
+    _fp8_rows(b, cb_ptr, sb_ptr, rows, rows64, cols, L, O)
+    if PRODUCT != 0:
+        y = a * tl.sigmoid(a) * b
+        if ROUND_BF16:
+            y = _round_bf16(y)  # (then the store's cast to bfloat16 is exact)
+        else:
+            y = y.to(a_ptr.dtype.element_ty).to(tl.float32)
+        if PRODUCT == 1:
+            _fp8_rows(y, y_ptr, sy_ptr, rows, rows64, cols, L, O)
+        else:
+            tl.store(y_ptr + rows64[:, None] * O + cols[None, :],
+                     y.to(y_ptr.dtype.element_ty), mask=mask)  # fmt: skip
+
+
+def supported_codes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Operands :func:`_swiglu_codes_kernel` takes: 2-D, one shape and 16-bit float dtype,
+    unit column strides, rows of at most :data:`MAX_CODES_ROW` (a whole row in registers)."""
+    return (
+        a.dim() == 2
+        and a.shape == b.shape
+        and a.dtype == b.dtype
+        and a.dtype in (torch.bfloat16, torch.float16)
+        and 0 < a.shape[-1] <= MAX_CODES_ROW
+        and a.stride(-1) == 1
+        and b.stride(-1) == 1
+    )
+
+
+def codes_warps(O: int) -> int:
+    """Warps per program for rows ``O`` wide: ~16 float32 values a thread per operand."""
+    return max(4, min(32, triton.next_power_of_2(O) // 512))
+
+
+def launch_swiglu_codes(
+    kernel, a, b, ca, sa, cb, sb, y, sy, product: str | None, warps: int | None = None,
+    block_l: int = 1,
+) -> None:  # fmt: skip
+    """Launch ``_swiglu_codes_kernel`` (or its ``wrap_triton``) over ``a``, ``b`` ``[L, O]``
+    (:func:`supported_codes`) into the given outputs: e4m3 codes ``[L, O]`` and float32
+    scales ``[L]`` of each, and by ``product`` (a key of :data:`PRODUCTS`) ``y`` ``[L, O]``
+    (e4m3 with ``sy`` ``[L]``, or the product's dtype; unused for ``None``)."""
+    L, O = a.shape
+    block_o = triton.next_power_of_2(O)
+    kernel[(triton.cdiv(L, block_l),)](
+        a, b, ca, cb, sa, sb, y, sy, L, O, a.stride(0), b.stride(0),
+        PRODUCT=PRODUCTS[product], ROUND_BF16=a.dtype == torch.bfloat16,
+        BLOCK_L=block_l, BLOCK_O=block_o, num_warps=warps or codes_warps(O),
+    )  # fmt: skip
+
+
+def swiglu_codes(
+    a: torch.Tensor, b: torch.Tensor, product: str | None = None, warps: int | None = None
+) -> tuple[torch.Tensor, ...]:
+    """``(ca, sa, cb, sb, y, sy)`` of :func:`launch_swiglu_codes` in new tensors (``y``:
+    ``[0, O]`` and ``sy`` ``[0]`` without a product, ``sy`` ``[0]`` for ``"values"``) — for
+    tests and benchmarks; the compiled step launches the kernel through
+    ``hotcompile.lowering.triton_ops.swiglu_codes``."""
+    if not supported_codes(a, b):
+        raise ValueError(f"swiglu_codes takes two 2-D 16-bit float tensors of one shape, rows "
+                         f"up to {MAX_CODES_ROW} wide; got {tuple(a.shape)} {a.dtype}, "
+                         f"{tuple(b.shape)} {b.dtype}")  # fmt: skip
+    L, O = a.shape
+    e4m3 = torch.float8_e4m3fn
+    ca, cb = (torch.empty((L, O), dtype=e4m3, device=a.device) for _ in range(2))
+    sa, sb = (torch.empty((L,), dtype=torch.float32, device=a.device) for _ in range(2))
+    y_dtype = {None: e4m3, "fp8": e4m3, "values": a.dtype}[product]
+    y = torch.empty((L if product else 0, O), dtype=y_dtype, device=a.device)
+    sy = torch.empty((L if product == "fp8" else 0,), dtype=torch.float32, device=a.device)
+    launch_swiglu_codes(_swiglu_codes_kernel, a, b, ca, sa, cb, sb, y, sy, product, warps)
+    return ca, sa, cb, sb, y, sy

@@ -158,6 +158,42 @@ def swiglu_codes(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return quantize(t.reshape(-1, t.shape[-1]), 8, True, FP8_E4M3)
 
 
+def swiglu_forward(
+    a: torch.Tensor, b: torch.Tensor, product: str | None = None
+) -> tuple[torch.Tensor, ...]:
+    """The forward of ``silu(a) * b`` under ``HotConfig.abc_swiglu="fp8"``: ``(ca, sa, cb,
+    sb, y, sy)``, :func:`swiglu_codes` of ``a`` and of ``b``, then by ``product``: ``"fp8"``,
+    the product's rowwise FP8 operand as :func:`hotcompile.fp8.operands` makes it for the
+    down projection's FP8 forward (e4m3 ``[rows, O]`` of the product in ``a``'s dtype, a
+    float32 scale per row); ``"values"``, the product in ``a``'s shape and dtype and None;
+    ``None``, two Nones.
+
+    On CUDA one kernel reads ``a`` and ``b`` once and writes all of it
+    (``hotcompile.kernels.swiglu_triton._swiglu_codes_kernel``; the codes of ``a`` and ``b``
+    bit for bit, the product's from float32 arithmetic rounded once to ``a``'s dtype);
+    elsewhere, or for operands it does not take, the same quantizers as ATen."""
+    O = a.shape[-1]
+    a2, b2 = a.reshape(-1, O), b.reshape(-1, O)
+    if use_triton(a2):
+        from hotcompile.kernels import swiglu_triton  # imports Triton: CUDA only
+
+        if swiglu_triton.supported_codes(a2, b2):
+            ca, sa, cb, sb, y, sy = _triton_ops().swiglu_codes(
+                _plain(a2), _plain(b2), product or ""
+            )
+            if product == "values":
+                return ca, sa, cb, sb, y.view(a.shape), None
+            return ca, sa, cb, sb, (y if product else None), (sy if product else None)
+    ca, sa = swiglu_codes(a)
+    cb, sb = swiglu_codes(b)
+    if product is None:
+        return ca, sa, cb, sb, None, None
+    y = torch.nn.functional.silu(a) * b
+    if product == "values":
+        return ca, sa, cb, sb, y, None
+    return ca, sa, cb, sb, *quantize(y.reshape(-1, O), 8, True, FP8_E4M3)
+
+
 def quantize_weight(
     w: torch.Tensor, bits: int, weight_scale: str, fp8: bool, rounding: str = "nearest"
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,7 +23,12 @@ from torch.library import triton_op, wrap_triton
 from hotcompile.hadamard import padded
 from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
 from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
-from hotcompile.kernels.swiglu_triton import _swiglu_hq_kernel, launch_swiglu_hq
+from hotcompile.kernels.swiglu_triton import (
+    _swiglu_codes_kernel,
+    _swiglu_hq_kernel,
+    launch_swiglu_codes,
+    launch_swiglu_hq,
+)
 from hotcompile.kernels.weight_triton import _weight_operands_kernel
 from hotcompile.kernels.weight_triton import weight_operands as launch_weight_operands
 from hotcompile.lowering import ttir_cache
@@ -32,8 +37,11 @@ from hotcompile.quant import FP8_E4M3
 LIB = "hotcompile_lowering"
 # compile time: torch re-generates a launched kernel's TTIR at every trace and lowering of it
 ttir_cache.install(
-    (_hq_quant_kernel, _hla_quant_kernel, _swiglu_hq_kernel, _weight_operands_kernel)
-)
+    (
+        _hq_quant_kernel, _hla_quant_kernel, _swiglu_hq_kernel, _swiglu_codes_kernel,
+        _weight_operands_kernel,
+    )
+)  # fmt: skip
 
 
 def _code_dtype(fp8: bool) -> torch.dtype:
@@ -160,3 +168,27 @@ def swiglu_backward_hq(
         a_scale=a_scale, b_scale=b_scale,
     )  # fmt: skip
     return ga, gb, ca, sa, ra, cb, sb, rb
+
+
+@triton_op(f"{LIB}::swiglu_codes", mutates_args=())
+def swiglu_codes(
+    a: torch.Tensor, b: torch.Tensor, product: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The forward of ``silu(a) * b`` under ``abc_swiglu="fp8"``, one launch
+    (``hotcompile.kernels.swiglu_triton``): the rowwise e4m3 codes ``[L, O]`` and float32
+    scales ``[L]`` of ``a`` and of ``b``, then by ``product``: ``"fp8"``, the product's own
+    rowwise codes and scales (the down projection's FP8 forward operand); ``"values"``, the
+    product in ``a``'s dtype and an empty scale; ``""``, two empty tensors."""
+    L, O = a.shape
+    dev, e4m3 = a.device, torch.float8_e4m3fn
+    ca = torch.empty((L, O), dtype=e4m3, device=dev)
+    cb = torch.empty((L, O), dtype=e4m3, device=dev)
+    sa = torch.empty((L,), dtype=torch.float32, device=dev)
+    sb = torch.empty((L,), dtype=torch.float32, device=dev)
+    y_dtype = a.dtype if product == "values" else e4m3
+    y = torch.empty((L if product else 0, O), dtype=y_dtype, device=dev)
+    sy = torch.empty((L if product == "fp8" else 0,), dtype=torch.float32, device=dev)
+    launch_swiglu_codes(
+        wrap_triton(_swiglu_codes_kernel), a, b, ca, sa, cb, sb, y, sy, product or None
+    )
+    return ca, sa, cb, sb, y, sy
