@@ -164,7 +164,7 @@ CHECK = textwrap.dedent("""
                 bad += not torch.equal(out, ex8 * sa[:, None])
     # the SwiGLU backward with HQ's codes of both gradients (FP8 values and the INT4 grid)
     from hotcompile.kernels.swiglu_triton import _swiglu_hq_kernel, launch_swiglu_hq
-    for L, O in [(37, 64), (16, 256)]:
+    for L, O in [(37, 64), (16, 256), (21, 48)]:  # 48: a masked 64-wide tile (abc_swiglu)
         a, b, g = ((torch.randn(L, O) * 2).to(torch.bfloat16) for _ in range(3))
         for bits, rounding, dt in [(8, "fp8_e4m3", torch.float8_e4m3fn),
                                    (4, "pseudo_stochastic", torch.int8)]:

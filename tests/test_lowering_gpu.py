@@ -503,3 +503,31 @@ def test_abc_of_one_x_once_and_its_max_abs_where_x_is_made(max_abs: str) -> None
     hla = [n for n in launches if n.startswith("_hla_quant_kernel")]
     assert len(hla) == abc + 2, launches
     _assert_no_value_stored_twice(forward)
+
+
+def test_swiglu_backward_kernel_takes_fp8_codes_of_the_8b_width() -> None:
+    """``abc_swiglu``'s codes at the Llama-3-8B MLP's 14336 (not a power of two): the fused
+    backward runs (a masked 16384-wide tile; before session 29 an opaque float32
+    dequantization ran instead, 4 ms and 0.7 GiB a step on the 8B-width bench), its
+    gradients are autograd's formulas on the dequantized codes, and HQ's codes of them are
+    ``quantize_gy``'s of its own gradients, bit for bit. Plain bf16 inputs of that width keep
+    inductor's kernel (``supported`` says no)."""
+    from conftest import rel
+
+    from hotcompile.kernels import swiglu_triton
+    from hotcompile.quant import dequantize
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    L, O, u8 = 512, 14336, torch.uint8
+    a, b, gy = ((torch.randn(L, O, device="cuda", generator=g) * 2).bfloat16() for _ in range(3))
+    (qa, xa), (qb, xb) = hot.swiglu_codes(a), hot.swiglu_codes(b)
+    assert swiglu_triton.supported(qa, "fp8_e4m3") and not swiglu_triton.supported(a, "fp8_e4m3")
+    ga, gb, oa, ob = hot.swiglu_backward(qa, qb, gy, 8, "fp8_e4m3", True, 16, xa, xb)
+    assert oa is not None and ob is not None  # the fused kernel made HQ's operands
+    da, db = dequantize(qa, xa), dequantize(qb, xb)
+    ea = torch.ops.aten.silu_backward(gy.float() * db, da)
+    eb = gy.float() * torch.nn.functional.silu(da)
+    assert rel(ga.float(), ea) < 1e-2 and rel(gb.float(), eb) < 1e-2
+    for grad, (codes, scales, _) in ((ga, oa), (gb, ob)):
+        want, want_s, _ = hot.quantize_gy(grad, 8, True, "fp8_e4m3", True, 16, True)
+        assert torch.equal(codes.view(u8), want.view(u8)) and torch.equal(scales, want_s)
