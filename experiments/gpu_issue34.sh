@@ -64,12 +64,17 @@
 # Lessons: a lane's bench is disturbed by other lanes' compiles when the step is host-bound
 # (ViT-L): time such models in a lane that starts after the others' compiles (sleepN) or alone;
 # a bench of 6 HOT-heavy variants does not fit one call even with warm caches.
-# Next: (1) a kernel of hot_fp8_lean's own for the SwiGLU's codes (forward: a, b and down's FP8
-# x from one read; backward: down's codes straight from a's and b's), then
-# LANE0="llama:inductor,torchao_float8,hot_fp8,hot_fp8_lean" LANE1="llama8b:..same.." (the
-# peak target); (2) ViT-L/16 with CUDA graphs alone (LANE0="vit_l16:inductor_cg,hot_fp8_cg",
-# DEADLINE >= 300: hot_fp8_cg's compile did not fit 165 s); (3) fsdp2 on nvidia-h200-x2 with
-# FSDP="inductor hot_fp8 torchao_float8" and NPROC=1 FSDP=hot_fp8 (not re-run since session 26).
+# Session 29 (one GPU only, 5 calls, tools/results/fp8_forward_h200_s29.md): swcodes (the
+# lean forward's new kernel: 175 vs inductor's 369 us) fp8tests Llama lean (run 66: lean 1.003x
+# torchao at 0.916x peak) | fp8tests 8B (run 67: lean's backward on float32 dequantization at
+# 14336) | newtests 8B after the backward kernel took 14336 (run 68: lean 1.024x at 0.991x) |
+# Llama inductor,hot_fp8_memory (run 69: 1.13x at 0.76x) | profile Llama lean.
+# Next: (1) one kernel for the backward's re-derivation of down's ABC codes from a's and b's
+# codes (lean's last cost over hot_fp8: 0.85 ms + HLA launches), then
+# LANE0="llama:torchao_float8,hot_fp8,hot_fp8_lean" LANE1="llama8b:..same.."; (2) ViT-L/16
+# with CUDA graphs alone (LANE0="vit_l16:inductor_cg,hot_fp8_cg", DEADLINE >= 300: hot_fp8_cg's
+# compile did not fit 165 s); (3) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8
+# torchao_float8" and NPROC=1 FSDP=hot_fp8 (not re-run since session 26).
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (benches stop at
 # DEADLINE s after the call's start; test and timing parts get their own limit from when they

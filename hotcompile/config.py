@@ -235,7 +235,11 @@ class HotConfig:
             the native path (``prefer="memory"``'s) the down projection's ABC codes are then
             derived from those codes too and recomputed in the backward, so the forward
             saves them no more (the Llama's other 0.5 GiB; down's g_w reads codes of the
-            product of the dequantized gate and up). ``"auto"`` (default): ``"fp8"`` under
+            product of the dequantized gate and up); where the down projection also runs
+            the rowwise FP8 forward, one kernel on CUDA writes gate's, up's and the product's
+            codes from one read, and the bf16 product is never written
+            (``hotcompile.lowering.hot.swiglu_forward``: 175 µs against inductor's 369 at the
+            Llama's 8192 × 8192, H200). ``"auto"`` (default): ``"fp8"`` under
             ``prefer="memory"``, ``"off"`` otherwise.
         hla_2d: inputs with one row per sample (2-D): ``"none"`` (INT8 only, default) or
             ``"batch"`` (16-blocks across the batch, as the official code does).
