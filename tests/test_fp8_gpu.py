@@ -139,26 +139,15 @@ def test_lean_step_runs_the_swiglu_codes_kernel(monkeypatch):
     import sys
 
     from test_abc_swiglu import ResidualSwiGLU
-    from torch._inductor.utils import run_and_get_code
+    from test_lowering_gpu import _swiglu_step
 
     rewrite = sys.modules["hotcompile.passes.rewrite"]
     opts = {"lowering": "native", "prefer": "paper", "recipe": "text", "forward": "fp8",
             "abc_swiglu": "fp8", "abc_recompute": "unary"}  # fmt: skip
 
     def step(options=opts):
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        model = ResidualSwiGLU(256, 512).cuda()
-        compiled = torch.compile(model, backend="hot", options=options)
-        x = torch.randn(4, 64, 256, device="cuda")
-
-        def run():
-            with torch.autocast("cuda", torch.bfloat16):
-                out = compiled(x)
-            out.float().square().sum().backward()
-
-        code = run_and_get_code(run)[1]
-        return code[0], {n: p.grad for n, p in model.named_parameters()}
+        code, grads = _swiglu_step(options, ResidualSwiGLU)
+        return code[0], grads
 
     forward, grads = step()
     launches = re.findall(r"^\s+(\w+)\.run\(", forward, re.M)

@@ -400,14 +400,15 @@ def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> N
         assert e_late <= 1.25 * e_early + 1e-3, (k, e_early, e_late)
 
 
-def _swiglu_step_code(options: dict) -> list[str]:
+def _swiglu_step(options: dict, model_fn=None) -> tuple[list[str], dict[str, torch.Tensor]]:
     """The modules inductor generates for one bf16-autocast training step of a SwiGLU (gate
-    and up read one x) compiled with ``backend="hot"`` and ``options``: forward first."""
+    and up read one x; ``model_fn(256, 512)``, by default ``test_lowering.SwiGLU``) compiled
+    with ``backend="hot"`` and ``options`` (forward first), and the parameters' gradients."""
     from test_lowering import SwiGLU
     from torch._inductor.utils import run_and_get_code
 
     torch.manual_seed(0)
-    model = SwiGLU(256, 512).cuda()
+    model = (model_fn or SwiGLU)(256, 512).cuda()
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="hot", options=options)
     x = torch.randn(4, 64, 256, device="cuda")
@@ -417,7 +418,13 @@ def _swiglu_step_code(options: dict) -> list[str]:
             out = compiled(x)
         out.float().square().sum().backward()
 
-    return run_and_get_code(step)[1]
+    code = run_and_get_code(step)[1]
+    return code, {n: p.grad for n, p in model.named_parameters()}
+
+
+def _swiglu_step_code(options: dict) -> list[str]:
+    """:func:`_swiglu_step`'s generated modules alone."""
+    return _swiglu_step(options)[0]
 
 
 def _assert_no_value_stored_twice(src: str) -> None:
