@@ -729,14 +729,20 @@ def _share_swiglu_codes(y: torch.Tensor, saved: tuple, x8: tuple | None = None) 
         _traced_put(_TRACED_SWIGLU, y, (y._version,), (tuple(saved), x8))
 
 
-def _swiglu_product_from_codes(x: torch.Tensor) -> torch.Tensor | None:
-    """``silu(a') * b'`` in x's dtype and shape from the codes a SwiGLU shared for ``x``
-    (:func:`_share_swiglu_codes`; ``a'``, ``b'``: the dequantized codes), else None."""
+def _shared_by_swiglu(x: torch.Tensor) -> tuple[tuple, tuple | None] | None:
+    """What a SwiGLU offered for its product ``x`` (:func:`_share_swiglu_codes`): its saved
+    codes and the FP8 operand (or None), else None. Traced only (fake tensors)."""
     from torch._subclasses.fake_tensor import is_fake
 
     if not _TRACED_SWIGLU or not is_fake(x):
         return None
-    shared = _traced_get(_TRACED_SWIGLU, x, (x._version,))
+    return _traced_get(_TRACED_SWIGLU, x, (x._version,))
+
+
+def _swiglu_product_from_codes(x: torch.Tensor) -> torch.Tensor | None:
+    """``silu(a') * b'`` in x's dtype and shape from the codes a SwiGLU shared for ``x``
+    (:func:`_share_swiglu_codes`; ``a'``, ``b'``: the dequantized codes), else None."""
+    shared = _shared_by_swiglu(x)
     if shared is None:
         return None
     codes = shared[0]
@@ -757,11 +763,7 @@ def _swiglu_fp8_operand(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | 
 
     Why: the lean plan's forward then reads gate's and up's outputs once for everything
     (:func:`hotcompile.lowering.hot.swiglu_forward`), and the bf16 product is never written."""
-    from torch._subclasses.fake_tensor import is_fake
-
-    if not _TRACED_SWIGLU or not is_fake(x) or fp8.out_dtype(x) != x.dtype:
-        return None
-    shared = _traced_get(_TRACED_SWIGLU, x, (x._version,))
+    shared = _shared_by_swiglu(x) if fp8.out_dtype(x) == x.dtype else None
     return shared[1] if shared is not None else None
 
 

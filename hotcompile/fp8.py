@@ -141,9 +141,9 @@ def linear(
             raise ValueError("a weight operand made already needs the FP8 GEMM (takes_gemm)")
         return linear_reference(x, w, bias, scaling)
     x2 = x.reshape(-1, K)
-    if x_operand is not None and scaling != "rowwise":
-        raise ValueError("an x operand made already is rowwise (one scale per token)")
     if x_operand is not None:  # no pass over x here
+        if scaling != "rowwise":
+            raise ValueError("an x operand made already is rowwise (one scale per token)")
         xq, sx = x_operand[0], x_operand[1].reshape(-1, 1)
     else:
         xq, sx = _operand(x2, scaling, out_dtype(x2), True)

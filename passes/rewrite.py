@@ -662,12 +662,18 @@ def _is_silu(node: Any) -> bool:
     )
 
 
-def _hq_linear_spec(node: Any) -> LayerSpec | None:
-    """The spec of a HOT linear call whose g_x runs native per-token HQ, else None."""
+def _linear_spec(node: Any) -> LayerSpec | None:
+    """The spec of a HOT linear call (the rewrite's ``hot_linear`` node), else None."""
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":
         return None
     spec = getattr(node.target, "hot_spec", None)
-    if getattr(node.target, "__name__", "") != hot_linear.__name__ or spec is None:
+    return spec if getattr(node.target, "__name__", "") == hot_linear.__name__ else None
+
+
+def _hq_linear_spec(node: Any) -> LayerSpec | None:
+    """The spec of a HOT linear call whose g_x runs native per-token HQ, else None."""
+    spec = _linear_spec(node)
+    if spec is None:
         return None
     ok = spec.lowering == "native" and spec.gx_quantized and spec.per_token and not spec.exact
     return spec if ok else None
@@ -677,11 +683,10 @@ def _fp8_forward_reader(node: torch.fx.Node) -> bool:
     """Whether ``node``'s one reader is a HOT linear call with the rowwise FP8 forward that
     reads it as its x: the SwiGLU's kernel then writes that layer's FP8 operand too."""
     users = list(node.users)
-    if len(users) != 1 or users[0].op != "call_function" or users[0].args[:1] != (node,):
+    if len(users) != 1 or users[0].args[:1] != (node,):
         return False
-    spec = getattr(users[0].target, "hot_spec", None)
-    name = getattr(users[0].target, "__name__", "")
-    return spec is not None and name == hot_linear.__name__ and spec.forward == "fp8_rowwise"
+    spec = _linear_spec(users[0])
+    return spec is not None and spec.forward == "fp8_rowwise"
 
 
 def _fuse_swiglu(

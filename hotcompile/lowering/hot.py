@@ -191,7 +191,7 @@ def swiglu_forward(
     y = torch.nn.functional.silu(a) * b
     if product == "values":
         return ca, sa, cb, sb, y, None
-    return ca, sa, cb, sb, *quantize(y.reshape(-1, O), 8, True, FP8_E4M3)
+    return ca, sa, cb, sb, *swiglu_codes(y)  # (the same rowwise quantizer as fp8.operands)
 
 
 def quantize_weight(
