@@ -30,7 +30,7 @@ import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
 from hotcompile import fp8, lqs
 from hotcompile.hla import hla_transform, patch_side, signed
 from hotcompile.lowering import hot as native
-from hotcompile.quant import FP8_E4M3, dequantize
+from hotcompile.quant import FP8_E4M3
 
 ops = torch.ops.hotcompile
 
@@ -569,10 +569,9 @@ class HotLinearFunction(torch.autograd.Function):
                 x3, ctx.grid_w, ctx.rows = _linear_geometry(spec, x)
                 ctx.x3_ns = x3.shape[:2]
                 if spec.lowering == "native":
-                    shared = _swiglu_product_from_codes(x) if spec.gw_bits is not None else None
-                    if shared is not None:  # ABC of the SwiGLU product from its saved codes
-                        x3s = _linear_geometry(spec, shared)[0]
-                        saved.extend(_native_compress(spec, x3s, ctx.grid_w, ctx.rows, weight))
+                    codes = _swiglu_codes_of(spec, x, ctx.rows)
+                    if codes is not None:  # ABC of the SwiGLU product from its saved codes
+                        saved.extend(_native_compress_swiglu(spec, x, x3, ctx.rows, codes))
                     else:
                         saved.extend(
                             _native_compress_once(spec, x, x3, ctx.grid_w, ctx.rows, weight)
@@ -712,7 +711,7 @@ _TRACED_SWIGLU: dict[int, tuple[weakref.ref, tuple, tuple]] = {}
 def _share_swiglu_codes(y: torch.Tensor, saved: tuple, x8: tuple | None = None) -> None:
     """Offer the down projection (the HOT layer that reads ``y = silu(a) * b``) the SwiGLU's
     saved codes ``(ca, sa, cb, sb)`` of ``a`` and ``b``, from which it derives ABC's codes of
-    ``y`` (:func:`_swiglu_product_from_codes`) instead of from ``y`` itself, and ``x8``, the
+    ``y`` (:func:`_native_compress_swiglu`) instead of from ``y`` itself, and ``x8``, the
     rowwise FP8 operand of ``y`` for its FP8 forward when made already
     (:func:`_swiglu_fp8_operand`).
 
@@ -720,9 +719,10 @@ def _share_swiglu_codes(y: torch.Tensor, saved: tuple, x8: tuple | None = None) 
     down's ABC codes of ``y`` — the other 0.5 GiB of the Llama's MLP — could not be
     re-derived there and were saved (H100 run 39). Derived from the saved codes, the
     partitioner recomputes them in the backward where ``abc_recompute`` is ``"unary"``
-    (:mod:`hotcompile.passes.abc_recompute` starts its walk at codes saved in place of their
-    input). The rewrite asks for this only then (``share``): elsewhere the derivation would be
-    a pass of its own in the forward for nothing. Traced only (fake tensors)."""
+    (:mod:`hotcompile.passes.abc_recompute` takes a compression that reads only codes saved
+    in place of their input). The rewrite asks for this only then (``share``): elsewhere
+    the derivation would be a pass of its own in the forward for nothing. Traced only (fake
+    tensors)."""
     from torch._subclasses.fake_tensor import is_fake
 
     if is_fake(y):
@@ -739,21 +739,31 @@ def _shared_by_swiglu(x: torch.Tensor) -> tuple[tuple, tuple | None] | None:
     return _traced_get(_TRACED_SWIGLU, x, (x._version,))
 
 
-def _swiglu_product_from_codes(x: torch.Tensor) -> torch.Tensor | None:
-    """``silu(a') * b'`` in x's dtype and shape from the codes a SwiGLU shared for ``x``
-    (:func:`_share_swiglu_codes`; ``a'``, ``b'``: the dequantized codes), else None."""
-    shared = _shared_by_swiglu(x)
-    if shared is None:
+def _swiglu_codes_of(spec: LayerSpec, x: torch.Tensor, rows) -> tuple | None:
+    """The saved codes ``(ca, sa, cb, sb)`` a SwiGLU shared for its product ``x``
+    (:func:`_share_swiglu_codes`), where this layer's ABC can be derived from them — codes
+    quantized per tensor, token sequences (no patches), no HLA signs (they hash x itself) —
+    else None."""
+    if spec.gw_bits is None or (spec.hla_signs and rows) or x.dim() == 4:
         return None
-    codes = shared[0]
+    shared = _shared_by_swiglu(x)
+    return shared[0] if shared is not None else None
 
-    # plain ATen, not the opaque ``hotcompile.dequantize_rows`` the SwiGLU's own backward
-    # reads: this chain is recomputed in the backward (abc_recompute), where inductor fuses
-    # it into the one pass that makes the product; through the opaque op each dequantization
-    # was a float32 tensor of its own (H200 run 43: the Llama's step 8.4 ms slower)
-    ca, sa, cb, sb = codes
-    a, b = dequantize(ca, sa), dequantize(cb, sb)
-    return (F.silu(a) * b).to(x.dtype).reshape(x.shape)
+
+def _native_compress_swiglu(spec: LayerSpec, x, x3, rows, codes: tuple):
+    """ABC's codes of a SwiGLU's product ``x`` (as ``x3 [N, S, D]``) from the SwiGLU's saved
+    codes (:func:`hotcompile.lowering.hot.compress_swiglu`), traced as one native ABC
+    compression that reads those codes only: ``hotcompile.passes.abc_recompute`` tags it for
+    recompute in the backward, which reads the codes anyway (the SwiGLU's backward). On CUDA
+    one kernel makes the product from the codes as it quantizes it; the bf16 product is not
+    written in the forward or the backward (the backward wrote it for the quantizer to read
+    back: H200 Llama, 0.85 ms a step)."""
+    gemm_dtype = _autocast_dtype(x) if x.is_floating_point() else None
+    with _abc_group():
+        return native.compress_swiglu(
+            codes, tuple(x3.shape), tuple(rows), spec.gw_bits, spec.gw_rounding, x.dtype,
+            gemm_dtype or x.dtype, producer_amax=spec.abc_max_abs == "producer",
+        )  # fmt: skip
 
 
 def _swiglu_fp8_operand(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -167,21 +167,22 @@ def tag_abc_recompute(graph: fx.Graph, mode: str | tuple[str, str] = "unary") ->
     if modes == ("off", "off"):
         return []
 
-    compressions = _compressions(graph)
+    codes = _saved_codes_nodes(graph)
+    compressions = _compressions(graph, codes)
     if not compressions:
         return []
     bw = _backward_nodes(graph)
     fw = _forward_nodes(graph, bw)
-    codes = _saved_codes_nodes(graph)
     tagged = []
-    for x, members, native in compressions:
+    for xs, members, native in compressions:
         mode_here = modes[1] if native else modes[0]
         if mode_here == "off" or any(n in bw for n in members):
             continue
-        region = _region(x, elementwise=mode_here == "unary", stop=codes)
-        if region is None:
+        regions = [_region(x, elementwise=mode_here == "unary", stop=codes) for x in xs]
+        if any(r is None for r in regions):
             continue
-        inside, leaves = region
+        inside = [n for r in regions for n in r[0]]
+        leaves = [n for r in regions for n in r[1]]
         skip = set(members) | codes
         if not all(_read_by_backward(leaf, fw, set(inside), skip) for leaf in leaves):
             continue
@@ -209,21 +210,25 @@ def _saved_codes_nodes(graph: fx.Graph) -> set[fx.Node]:
     }
 
 
-def _compressions(graph: fx.Graph) -> list[tuple[fx.Node, list[fx.Node], bool]]:
-    """Each ABC compression of the joint graph as ``(x, its nodes, native)``: on the ops path an
-    ``abc_compress`` node and the getitems of its codes and scale; on the native path the
-    nodes traced under one :data:`hotcompile.autograd.ABC_GROUP` number, when they read one
-    tensor from outside (a compression with HLA's signs also reads the signs: left alone)."""
+def _compressions(
+    graph: fx.Graph, codes: set[fx.Node] = frozenset()
+) -> list[tuple[list[fx.Node], list[fx.Node], bool]]:
+    """Each ABC compression of the joint graph as ``(what it reads, its nodes, native)``: on the
+    ops path an ``abc_compress`` node and the getitems of its codes and scale; on the native
+    path the nodes traced under one :data:`hotcompile.autograd.ABC_GROUP` number, when they
+    read one tensor from outside, or only ``codes`` (:func:`_saved_codes_nodes`: down's ABC
+    derived from a SwiGLU's saved codes, ``hotcompile.autograd._native_compress_swiglu``).
+    A compression with HLA's signs also reads the signs: left alone."""
     from hotcompile.autograd import ABC_GROUP
 
     abc = torch.ops.hotcompile.abc_compress.default
-    found: list[tuple[fx.Node, list[fx.Node], bool]] = []
+    found: list[tuple[list[fx.Node], list[fx.Node], bool]] = []
     groups: dict[int, list[fx.Node]] = {}
     for n in graph.nodes:
         if n.op != "call_function":
             continue
         if n.target is abc:
-            found.append((n.args[0], [n, *n.users], False))
+            found.append(([n.args[0]], [n, *n.users], False))
         group = (n.meta.get("custom") or {}).get(ABC_GROUP)
         if group is not None:
             groups.setdefault(group, []).append(n)
@@ -237,8 +242,8 @@ def _compressions(graph: fx.Graph) -> list[tuple[fx.Node, list[fx.Node], bool]]:
             and a.op != "get_attr"
             and isinstance(a.meta.get("val"), torch.Tensor)
         }  # (a constant, a get_attr, is in both graphs)
-        if len(reads) == 1:
-            found.append((reads.pop(), members, True))
+        if len(reads) == 1 or (reads and reads <= codes):
+            found.append((sorted(reads, key=lambda a: a.name), members, True))
     return found
 
 

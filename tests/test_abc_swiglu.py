@@ -132,6 +132,43 @@ def test_downs_codes_come_from_the_swiglu_codes_and_are_recomputed(recipe):
             assert 0 < rel(unary, off) and err_unary < slack, (compiler, err_off, err_unary)
 
 
+def test_downs_compression_reads_only_the_swiglu_codes_and_is_tagged(monkeypatch):
+    """Down's ABC derived from the SwiGLU's saved codes is one native compression whose only
+    inputs are those codes (on CUDA one kernel: the product is made as it is quantized and
+    never written), and the joint pass tags all of it ``MUST_RECOMPUTE``. The tag is what
+    moves it to the backward on CUDA, where it is a ``triton_op`` that min-cut never
+    recomputes by choice (on the CPU min-cut recomputes the ATen anyway, so the saved bytes
+    alone would not show a missing tag)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from hotcompile.autograd import ABC_GROUP
+    from hotcompile.passes import abc_recompute
+
+    seen: list[tuple[int, bool]] = []
+    tag = abc_recompute.tag_abc_recompute
+
+    def spy(graph, mode="unary"):
+        out = tag(graph, mode)
+        codes = abc_recompute._saved_codes_nodes(graph)
+        groups: dict[int, list] = {}
+        for n in graph.nodes:
+            group = (n.meta.get("custom") or {}).get(ABC_GROUP)
+            if group is not None:
+                groups.setdefault(group, []).append(n)
+        for members in groups.values():
+            inside = set(members)
+            reads = {a for n in members for a in n.all_input_nodes if a not in inside}
+            if len(reads) == 4 and reads <= codes:  # (ca, sa, cb, sb)
+                must = CheckpointPolicy.MUST_RECOMPUTE
+                seen.append((len(members), all(n.meta.get("recompute") is must for n in members)))
+        return out
+
+    monkeypatch.setattr(abc_recompute, "tag_abc_recompute", spy)
+    x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(0))
+    _run(SwiGLU, x, "unary", "aot_eager", {**NATIVE, "abc_swiglu": "fp8", "recipe": "text"})
+    assert seen and all(n > 1 and tagged for n, tagged in seen), seen
+
+
 def test_the_report_says_the_swiglu_saves_codes():
     from test_lowering import SwiGLU as Small
 

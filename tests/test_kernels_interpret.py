@@ -226,6 +226,23 @@ CHECK = textwrap.dedent("""
             elif product == "values":
                 n += 1
                 bad += not (y.dtype == dt and same(y, prod))
+    # the lean plan's backward: down's ABC codes of the product made from those codes
+    # (one kernel, the product never written) as the ATen path makes them
+    from hotcompile.kernels.hla_triton import hla_quantize_swiglu
+    from hotcompile.lowering.hot import compress_swiglu
+    for N, S, D, dt, rows, bits, rounding in [
+        (2, 32, 48, torch.bfloat16, (), 8, e4m3),  # the Llama's text recipe: plain rows
+        (1, 37, 64, torch.float16, LP_L1, 8, "nearest"),  # HLA rows, a part block
+        (2, 16, 40, torch.bfloat16, LP_L1, 4, "pseudo_stochastic"),
+        (1, 32, 32, torch.float32, (), 8, "nearest"),
+    ]:
+        a = torch.randn(N * S, D) * torch.logspace(-1, 1, N * S)[:, None] * 2
+        b = torch.randn(N * S, D)
+        (ca, sa), (cb, sb) = swiglu_codes(a.to(dt)), swiglu_codes(b.to(dt))
+        c, sc = hla_quantize_swiglu(ca, sa, cb, sb, N, rows, bits, rounding, dt)
+        rc, rsc = compress_swiglu((ca, sa, cb, sb), (N, S, D), rows, bits, rounding, dt, dt)
+        n += 1
+        bad += not (same(c.t(), rc) and same(sc, rsc))
     print(f"{n - bad}/{n}")
 """)
 
@@ -346,6 +363,7 @@ def test_fp8_hq_tiles_follow_the_measured_rule():
 
 
 AOT_HOPPER = textwrap.dedent("""
+    import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -376,15 +394,37 @@ AOT_HOPPER = textwrap.dedent("""
         kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                 options={"num_warps": codes_warps(14336)})
         n += bool(kernel.asm["cubin"])
-    print(f"{n}/7")
+    # the lean plan's backward: down's ABC codes from the SwiGLU's codes, both passes
+    from hotcompile.kernels.hla_triton import (
+        BLOCK_B, BLOCK_D, IDENTITY_ROWS, SWIGLU_ROUNDING, _hla_quant_kernel,
+        quantizer_constexprs,
+    )
+    sig = {k: "*fp32" for k in ("scale_ptr", "stats_ptr", "sign_ptr", "xa_ptr", "xb_ptr")}
+    sig.update({"x_ptr": "*fp8e4nv", "codes_ptr": "*fp8e4nv", "amax_ptr": "*i32",
+                "b_ptr": "*fp8e4nv", "numel": "fp32"})
+    sig.update({k: "i32" for k in ("G", "D", "R", "nb", "S", "H", "W", "NBW", "stride_n",
+                                   "stride_s", "seed")})
+    q = quantizer_constexprs(8, "fp8_e4m3", False, BLOCK_B, BLOCK_D, 4)
+    warps = q.pop("num_warps")
+    rows = sum(k << (5 * k) for k in IDENTITY_ROWS)
+    for mode in (1, 2):
+        const = dict(MODE=mode, TRANS=True, PATCH=False, SIGNS=False, TRANSFORM=False,
+                     SWIGLU=SWIGLU_ROUNDING[torch.bfloat16], ROWS=rows, NR=16, RP=16, **q)
+        src = ASTSource(fn=_hla_quant_kernel, constexprs=const,
+                        signature={**sig, **{k: "constexpr" for k in const}})
+        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                options={"num_warps": warps})
+        n += bool(kernel.asm["cubin"])
+    print(f"{n}/9")
 """)
 
 
 def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
     """The kernels written without a GPU compile to sm_90 machine code (Triton's front end,
     then ptxas): the weight operands' in both launches, max-abs-FP8 and SAWB-INT4, and the
-    SwiGLU forward's codes for each product: the interpreter does not check what only a GPU
-    compile does (globals read as constexpr, types, a branch never taken)."""
+    SwiGLU forward's codes for each product, and the HLA quantizer reading a SwiGLU's codes
+    (the lean backward's ABC of the product), both passes: the interpreter does not check
+    what only a GPU compile does (globals read as constexpr, types, a branch never taken)."""
     import pathlib
     import shutil
 
@@ -394,4 +434,4 @@ def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
     if not bundled.exists() and shutil.which("ptxas") is None:
         pytest.skip("no ptxas here (Triton's wheel bundles one)")
     out = _run_script(tmp_path / "aot_check.py", AOT_HOPPER, interpret=False)
-    assert out.split()[-1] == "7/7", out
+    assert out.split()[-1] == "9/9", out

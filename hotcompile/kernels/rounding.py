@@ -114,3 +114,13 @@ def sawb_scale(amax, ssq, sab, numel, QMAX: tl.constexpr):
     alpha = tl.where(alpha > 0, tl.minimum(alpha, amax), amax)
     alpha = tl.where(amax <= _FLT_MAX, alpha, amax)
     return alpha * (1.0 / QMAX)
+
+
+@triton.jit
+def _round_bf16(v):
+    """float32 ``v`` rounded to the nearest bfloat16, ties to even (torch's cast), kept in
+    float32: by its bits, so that Triton's interpreter (which truncates a cast to bfloat16)
+    and a GPU give the same values; NaN stays NaN."""
+    b = v.to(tl.int32, bitcast=True)
+    b = (b + (0x7FFF + ((b >> 16) & 1))) & -65536  # -65536: the int32 bits 0xFFFF0000
+    return tl.where(v != v, v, b.to(tl.float32, bitcast=True))

@@ -36,8 +36,14 @@ import triton
 import triton.language as tl
 
 from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16, _quant_store
-from hotcompile.kernels.rounding import FP8, ROUNDING_CODES, code_constexprs, codes, normal_scale
-from hotcompile.kernels.weight_triton import _round_bf16
+from hotcompile.kernels.rounding import (
+    FP8,
+    ROUNDING_CODES,
+    _round_bf16,
+    code_constexprs,
+    codes,
+    normal_scale,
+)
 
 #: warps per program (one 8192-wide row): 16 took 301.7 µs, 8 303.8, 4 359.0; two rows per
 #: program spill (368-1241 µs) (H100, ``experiments/results/swiglu_hq_h100.json``)
@@ -239,12 +245,17 @@ def launch_swiglu_codes(
 
 
 def swiglu_codes(
-    a: torch.Tensor, b: torch.Tensor, product: str | None = None, warps: int | None = None
+    a: torch.Tensor,
+    b: torch.Tensor,
+    product: str | None = None,
+    warps: int | None = None,
+    kernel=_swiglu_codes_kernel,
 ) -> tuple[torch.Tensor, ...]:
     """``(ca, sa, cb, sb, y, sy)`` of :func:`launch_swiglu_codes` in new tensors (``y``:
-    ``[0, O]`` and ``sy`` ``[0]`` without a product, ``sy`` ``[0]`` for ``"values"``) — for
-    tests and benchmarks; the compiled step launches the kernel through
-    ``hotcompile.lowering.triton_ops.swiglu_codes``."""
+    ``[0, O]`` and ``sy`` ``[0]`` without a product, ``sy`` ``[0]`` for ``"values"``).
+    ``kernel``: ``wrap_triton``'s in the compiled step
+    (``hotcompile.lowering.triton_ops.swiglu_codes``), the jitted one in tests and
+    benchmarks."""
     if not supported_codes(a, b):
         raise ValueError(f"swiglu_codes takes two 2-D 16-bit float tensors of one shape, rows "
                          f"up to {MAX_CODES_ROW} wide; got {tuple(a.shape)} {a.dtype}, "
@@ -256,5 +267,5 @@ def swiglu_codes(
     y_dtype = {None: e4m3, "fp8": e4m3, "values": a.dtype}[product]
     y = torch.empty((L if product else 0, O), dtype=y_dtype, device=a.device)
     sy = torch.empty((L if product == "fp8" else 0,), dtype=torch.float32, device=a.device)
-    launch_swiglu_codes(_swiglu_codes_kernel, a, b, ca, sa, cb, sb, y, sy, product, warps)
+    launch_swiglu_codes(kernel, a, b, ca, sa, cb, sb, y, sy, product, warps)
     return ca, sa, cb, sb, y, sy

@@ -38,7 +38,7 @@ import torch
 
 from hotcompile.hadamard import block_hadamard, padded
 from hotcompile.hla import hla_operand, signed
-from hotcompile.quant import FP8_E4M3, has_fp8_gemm, hq_weight_quantizer, quantize
+from hotcompile.quant import FP8_E4M3, dequantize, has_fp8_gemm, hq_weight_quantizer, quantize
 
 #: roundings the native path implements (no host-drawn seeds: ``stochastic`` needs the ops)
 ROUNDINGS = ("nearest", "pseudo_stochastic")
@@ -491,3 +491,39 @@ def compress(
         amax = amax_bits(x3)
     codes, scale = hla_codes(x3, grid_w, rows, bits, rounding, signs, amax)
     return codes.t(), scale
+
+
+def compress_swiglu(
+    codes: Sequence[torch.Tensor],
+    x3_shape: Sequence[int],
+    rows: tuple[int, ...],
+    bits: int,
+    rounding: str,
+    x_dtype: torch.dtype,
+    gemm_dtype: torch.dtype,
+    producer_amax: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`compress` of a SwiGLU's product ``x = silu(a) · b`` (``x3_shape``: x as
+    ``[N, S, D]`` token sequences) from the SwiGLU's saved rowwise FP8 codes ``(ca, sa, cb,
+    sb)`` of ``a`` and ``b`` (``HotConfig.abc_swiglu``): the codes of ``silu(a')·b'`` in
+    ``x_dtype``, as the GEMM reads it (``gemm_dtype``, the autocast dtype).
+
+    On CUDA one kernel quantizes the product as it makes it from the codes
+    (``hotcompile.kernels.hla_triton.hla_quantize_swiglu``): the lean plan's backward, which
+    re-derives these codes, then never writes the product. Elsewhere, or where it does not
+    take the case, the same values from ATen (float32 arithmetic, one rounding to
+    ``x_dtype``, then to ``gemm_dtype``)."""
+    ca, sa, cb, sb = codes
+    N = int(x3_shape[0])
+    one_rounding = x_dtype in (gemm_dtype, torch.float32)
+    if use_triton(ca) and one_rounding:
+        from hotcompile.kernels.hla_triton import supported_swiglu
+
+        if supported_swiglu(ca, cb, N, 0, rows, bits, rounding, gemm_dtype):
+            c, s = _triton_ops().swiglu_abc(
+                _plain(ca), sa, _plain(cb), sb, N, list(rows), bits, rounding, gemm_dtype, False
+            )
+            return c.t(), s
+    a, b = dequantize(ca, sa), dequantize(cb, sb)
+    y = (torch.nn.functional.silu(a) * b).to(x_dtype).to(gemm_dtype).reshape(x3_shape)
+    return compress(y, 0, rows, bits, rounding, None, producer_amax=producer_amax)

@@ -21,12 +21,16 @@ import torch
 from torch.library import triton_op, wrap_triton
 
 from hotcompile.hadamard import padded
-from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
+from hotcompile.kernels import swiglu_triton
+from hotcompile.kernels.hla_triton import (
+    _hla_quant_kernel,
+    hla_quantize_swiglu,
+    launch_hla_quantize,
+)
 from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
 from hotcompile.kernels.swiglu_triton import (
     _swiglu_codes_kernel,
     _swiglu_hq_kernel,
-    launch_swiglu_codes,
     launch_swiglu_hq,
 )
 from hotcompile.kernels.weight_triton import _weight_operands_kernel
@@ -114,6 +118,31 @@ def hla_quantize(
     )  # fmt: skip
 
 
+@triton_op(f"{LIB}::hla_quantize_swiglu", mutates_args=())
+def swiglu_abc(
+    ca: torch.Tensor,
+    sa: torch.Tensor,
+    cb: torch.Tensor,
+    sb: torch.Tensor,
+    samples: int,
+    rows: list[int],
+    bits: int,
+    rounding: str,
+    dtype: torch.dtype,
+    fp8_codes: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ABC's codes (K-major ``[D, R]``) and scale ``[1]`` of a SwiGLU's product
+    ``(silu(ca·sa) · (cb·sb)).to(dtype)`` from its rowwise FP8 codes ``[L, D]`` and row
+    scales ``[L]`` (``HotConfig.abc_swiglu``), as :func:`hla_quantize` of the product over
+    ``samples`` sequences, without the product ever written
+    (``hotcompile.kernels.hla_triton.hla_quantize_swiglu``: two passes over the codes)."""
+    words = torch.zeros((1,), dtype=torch.int32, device=ca.device)
+    return hla_quantize_swiglu(
+        ca, sa, cb, sb, samples, rows, bits, rounding, dtype, fp8_codes,
+        kernel=wrap_triton(_hla_quant_kernel), words=words,
+    )  # fmt: skip
+
+
 @triton_op(f"{LIB}::weight_operands", mutates_args=())
 def weight_operands(
     w: torch.Tensor, bits: int, rounding: str, sawb: bool, fp8_codes: bool, round_bf16: bool
@@ -179,16 +208,5 @@ def swiglu_codes(
     scales ``[L]`` of ``a`` and of ``b``, then by ``product``: ``"fp8"``, the product's own
     rowwise codes and scales (the down projection's FP8 forward operand); ``"values"``, the
     product in ``a``'s dtype and an empty scale; ``""``, two empty tensors."""
-    L, O = a.shape
-    dev, e4m3 = a.device, torch.float8_e4m3fn
-    ca = torch.empty((L, O), dtype=e4m3, device=dev)
-    cb = torch.empty((L, O), dtype=e4m3, device=dev)
-    sa = torch.empty((L,), dtype=torch.float32, device=dev)
-    sb = torch.empty((L,), dtype=torch.float32, device=dev)
-    y_dtype = a.dtype if product == "values" else e4m3
-    y = torch.empty((L if product else 0, O), dtype=y_dtype, device=dev)
-    sy = torch.empty((L if product == "fp8" else 0,), dtype=torch.float32, device=dev)
-    launch_swiglu_codes(
-        wrap_triton(_swiglu_codes_kernel), a, b, ca, sa, cb, sb, y, sy, product or None
-    )
-    return ca, sa, cb, sb, y, sy
+    kernel = wrap_triton(_swiglu_codes_kernel)
+    return swiglu_triton.swiglu_codes(a, b, product or None, kernel=kernel)
