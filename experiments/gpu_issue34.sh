@@ -131,6 +131,10 @@ elif [ "$part" = leancode ]; then
     python3 tools/bench_train.py --no-progress --steps 2 --profile 0 --models llama \
     --variants ${CVARIANTS:-hot_fp8_lean} --out $OUT/bench > $OUT/code.log 2>&1
   echo "leancode rc=$? $(grep -c '\] def triton_' $OUT/code.log) kernels"  # lines carry the log's prefix
+elif [ "$part" = swabc ]; then
+  # the lean plan's backward kernel for down's ABC codes from the SwiGLU's codes (session 30)
+  timeout $(upto ${WDEADLINE:-150}) python3 experiments/swiglu_abc.py \
+    --out $OUT/swiglu_abc.md > $OUT/swabc.log 2>&1; echo "swabc rc=$?"; tail -6 $OUT/swabc.log
 elif [ "$part" = swcodes ]; then
   # the lean plan's SwiGLU forward kernel against inductor's ATen (session 29)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/swiglu_codes.py \

@@ -455,7 +455,8 @@ def supported_swiglu(
 def hla_quantize_swiglu(
     ca: torch.Tensor, sa: torch.Tensor, cb: torch.Tensor, sb: torch.Tensor, samples: int,
     rows, bits: int, rounding: str, dtype: torch.dtype, fp8_codes: bool = False,
-    kernel=_hla_quant_kernel, words: torch.Tensor | None = None,
+    kernel=_hla_quant_kernel, words: torch.Tensor | None = None, block_b: int = BLOCK_B,
+    block_d: int = BLOCK_D, num_warps: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """ABC's codes of a SwiGLU's product from the SwiGLU's saved codes: ``hla_codes`` of
     ``(silu(a')·b').to(dtype)`` over ``samples`` sequences, where ``a' = ca·sa`` and
@@ -468,7 +469,8 @@ def hla_quantize_swiglu(
     wrote the bf16 product for the quantizer to read back (0.85 ms a step on the H200
     Llama, beside the quantizer's own passes); here both passes read the 1-byte codes and
     the product lives only in registers. ``kernel``: ``wrap_triton``'s under a ``triton_op``;
-    ``words``: a zeroed int32 word there (else a scratch one)."""
+    ``words``: a zeroed int32 word there (else a scratch one); the tile as
+    :func:`hla_quantize`'s."""
     L, D = ca.shape
     shape = (samples, L // samples, D)
     fp8 = rounding == FP8_E4M3
@@ -476,7 +478,7 @@ def hla_quantize_swiglu(
     words = words if words is not None else scratch.zeroed(ca.device, 1)
     return launch_hla_quantize(
         kernel, ca.view(shape), 0, rows, bits, rounding, True, False, out, None, words, 0,
-        swiglu=(cb.view(shape), sa.reshape(L), sb.reshape(L), dtype),
+        block_b, block_d, num_warps, swiglu=(cb.view(shape), sa.reshape(L), sb.reshape(L), dtype),
     )  # fmt: skip
 
 

@@ -1,0 +1,128 @@
+"""The lean plan's backward: down's ABC codes from the SwiGLU's saved codes, one kernel against
+what inductor generated from the ATen.
+
+Under ``abc_swiglu="fp8"`` with ``abc_recompute="unary"`` (the bench's ``hot_fp8_lean``,
+``prefer="memory"``'s ABC choices) the backward re-derives the down projection's ABC codes of
+``silu(a')·b'`` from the SwiGLU's saved rowwise FP8 codes of ``a`` and ``b``. As ATen, inductor
+made the bf16 product and its max-abs in one kernel (0.85 ms a step on the H200 Llama, 8 calls)
+and the HLA quantizer then read the product back for the codes.
+``hotcompile.kernels.hla_triton.hla_quantize_swiglu`` makes the product inside the quantizer's
+two passes (max-abs, codes) from the 1-byte codes; it is never written.
+
+This script checks the kernel on the GPU (codes and scale against the ATen path's) and times,
+under CUDA graphs, at the 0.67B Llama's (8192 × 8192) and the 8B widths' (8192 × 14336) shapes
+with the text recipe's plain rows and FP8 codes:
+
+- ``inductor``: the product as ATen then ``lowering.hot.compress`` with the producer's max-abs,
+  compiled (what the lean step ran before);
+- the kernel at several tiles (blocks × channels × warps);
+- the floor: the bytes at 4.0 TB/s (codes read twice, the codes written).
+
+Usage (GPU): ``python3 experiments/swiglu_abc.py [--out FILE.md]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+
+import torch
+import torch.nn.functional as F
+
+from hotcompile.lowering import hot
+from hotcompile.quant import FP8_E4M3, dequantize
+
+TILES = ((8, 64, 4), (4, 128, 4), (8, 128, 4), (8, 128, 8), (16, 64, 4), (4, 256, 4),
+         (4, 256, 8), (2, 256, 4), (16, 128, 8))  # fmt: skip
+
+
+def aten(ca, sa, cb, sb, shape):
+    """The lean backward's derivation as the step wrote it before the kernel."""
+    y = (F.silu(dequantize(ca, sa)) * dequantize(cb, sb)).bfloat16().reshape(shape)
+    return hot.compress(y, 0, (), 8, FP8_E4M3, None, producer_amax=True)
+
+
+def _u8(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8)
+
+
+def measure(N: int, S: int, D: int, T, hla) -> tuple[dict, str]:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a, b = ((torch.randn((N * S, D), device="cuda", generator=gen) * 3).bfloat16()
+            for _ in range(2))  # fmt: skip
+    (ca, sa), (cb, sb) = hot.swiglu_codes(a), hot.swiglu_codes(b)
+    shape = (N, S, D)
+    r: dict = {}
+    n = N * S * D
+    r["floor µs at 4.0 TB/s"] = n * 5 / 4.0e12 * 1e6
+    compiled = torch.compile(aten)
+    rc, rs = compiled(ca, sa, cb, sb, shape)
+    c, s = hla.hla_quantize_swiglu(ca, sa, cb, sb, N, (), 8, FP8_E4M3, torch.bfloat16)
+    r["scale equal"] = bool(torch.equal(s, rs))
+    r["codes differing (share)"] = (_u8(c.t()) != _u8(rc)).float().mean().item()
+    r["inductor (product, then the codes pass)"] = T(lambda: compiled(ca, sa, cb, sb, shape))
+    sweep = {}
+    for bb, bd, w in TILES:
+        key = f"kernel {bb}x{bd}, {w} warps"
+        try:
+            sweep[key] = T(lambda bb=bb, bd=bd, w=w: hla.hla_quantize_swiglu(
+                ca, sa, cb, sb, N, (), 8, FP8_E4M3, torch.bfloat16, block_b=bb, block_d=bd,
+                num_warps=w))  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - a tile Triton cannot build
+            sweep[key] = f"failed: {type(e).__name__}: {str(e)[:120]}"
+    r["kernel µs"] = sweep
+    print(json.dumps({f"{N * S}x{D}": r}, indent=1), flush=True)
+    times = {k: v for k, v in sweep.items() if isinstance(v, float)}
+    best = min(times, key=times.get) if times else "none"
+    default = sweep[f"kernel {hla.BLOCK_B}x{hla.BLOCK_D}, 4 warps"]
+    row = (
+        f"| {N * S} × {D} | {r['inductor (product, then the codes pass)']:.1f} | "
+        f"{default:.1f} | "
+        f"{times.get(best, float('nan')):.1f} ({best.removeprefix('kernel ')}) | "
+        f"{r['floor µs at 4.0 TB/s']:.1f} | {r['scale equal']} | "
+        f"{r['codes differing (share)']:.2e} |"
+    )
+    return r, row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", default="", help="write the markdown table here (and .json)")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a GPU (the interpreter check is tests/test_kernels_interpret.py)")
+    import triton
+
+    from hotcompile.kernels import hla_triton as hla
+    from hotcompile.lowering import gate
+
+    results: dict = {}
+    rows = []
+    for N, S, D in ((4, 2048, 8192), (2, 4096, 14336)):
+        r, row = measure(N, S, D, gate._graph_us, hla)
+        results[f"{N * S}x{D}"] = r
+        rows.append(row)
+    meta = (
+        f"Device: {torch.cuda.get_device_name()}; torch {torch.__version__}, triton "
+        f"{triton.__version__}; commit {os.environ.get('HOTCOMPILE_COMMIT', 'unknown')}; "
+        f"{datetime.date.today()}. Generated by `experiments/swiglu_abc.py`; µs under CUDA "
+        "graphs (`gate._graph_us`); each tile's time in the JSON."
+    )
+    md = "\n".join([
+        "# The lean backward's ABC codes from the SwiGLU's codes: one kernel against inductor's",
+        "", meta, "",
+        "| tokens × width | inductor (product, codes pass) | kernel, default tile | "
+        "kernel, best tile | floor | scale equal | codes differing |",
+        "|---|---|---|---|---|---|---|", *rows,
+    ])  # fmt: skip
+    print(md)
+    if args.out:
+        pathlib.Path(args.out).write_text(md + "\n")
+        pathlib.Path(args.out).with_suffix(".json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
