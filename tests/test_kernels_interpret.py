@@ -228,21 +228,26 @@ CHECK = textwrap.dedent("""
                 bad += not (y.dtype == dt and same(y, prod))
     # the lean plan's backward: down's ABC codes of the product made from those codes
     # (one kernel, the product never written) as the ATen path makes them
-    from hotcompile.kernels.hla_triton import hla_quantize_swiglu
-    from hotcompile.lowering.hot import compress_swiglu
-    for N, S, D, dt, rows, bits, rounding in [
-        (2, 32, 48, torch.bfloat16, (), 8, e4m3),  # the Llama's text recipe: plain rows
-        (1, 37, 64, torch.float16, LP_L1, 8, "nearest"),  # HLA rows, a part block
-        (2, 16, 40, torch.bfloat16, LP_L1, 4, "pseudo_stochastic"),
-        (1, 32, 32, torch.float32, (), 8, "nearest"),
+    # (plain token rows, the text recipe's g_w path; each sample padded to 16 rows)
+    from hotcompile.kernels.hla_triton import hla_quantize
+    from hotcompile.kernels.swiglu_triton import swiglu_abc
+    from hotcompile.quant import dequantize
+    for N, S, D, dt, bits, rounding in [
+        (2, 32, 48, torch.bfloat16, 8, e4m3),  # the Llama's text recipe
+        (3, 37, 100, torch.float16, 8, "nearest"),  # padded samples, a masked channel tile
+        (2, 16, 40, torch.bfloat16, 4, "pseudo_stochastic"),
+        (1, 20, 32, torch.float32, 8, "nearest"),
     ]:
         a = torch.randn(N * S, D) * torch.logspace(-1, 1, N * S)[:, None] * 2
         b = torch.randn(N * S, D)
+        b[3, 5] = float("nan") if dt == torch.float16 else b[3, 5]  # reaches the scale
         (ca, sa), (cb, sb) = swiglu_codes(a.to(dt)), swiglu_codes(b.to(dt))
-        c, sc = hla_quantize_swiglu(ca, sa, cb, sb, N, rows, bits, rounding, dt)
-        rc, rsc = compress_swiglu((ca, sa, cb, sb), (N, S, D), rows, bits, rounding, dt, dt)
+        c, sc = swiglu_abc(ca, sa, cb, sb, N, bits, rounding, dt, block_t=16, block_d=32,
+                           loop=2)  # (several tiles a program, the last ones past the rows)
+        prod = (torch.nn.functional.silu(dequantize(ca, sa)) * dequantize(cb, sb)).to(dt)
+        rc, rsc = hla_quantize(prod.view(N, S, D), 0, (), bits, rounding, out_dtype=c.dtype)
         n += 1
-        bad += not (same(c.t(), rc) and same(sc, rsc))
+        bad += not (c.shape == rc.shape and same(c, rc) and same(sc, rsc))
     print(f"{n - bad}/{n}")
 """)
 
@@ -395,25 +400,21 @@ AOT_HOPPER = textwrap.dedent("""
                                 options={"num_warps": codes_warps(14336)})
         n += bool(kernel.asm["cubin"])
     # the lean plan's backward: down's ABC codes from the SwiGLU's codes, both passes
-    from hotcompile.kernels.hla_triton import (
-        BLOCK_B, BLOCK_D, IDENTITY_ROWS, SWIGLU_ROUNDING, _hla_quant_kernel,
-        quantizer_constexprs,
+    from hotcompile.kernels.rounding import code_constexprs
+    from hotcompile.kernels.swiglu_triton import (
+        ABC_BLOCK_D, ABC_BLOCK_T, ABC_LOOP, ABC_WARPS, PRODUCT_ROUND, _swiglu_abc_kernel,
     )
-    sig = {k: "*fp32" for k in ("scale_ptr", "stats_ptr", "sign_ptr", "xa_ptr", "xb_ptr")}
-    sig.update({"x_ptr": "*fp8e4nv", "codes_ptr": "*fp8e4nv", "amax_ptr": "*i32",
-                "b_ptr": "*fp8e4nv", "numel": "fp32"})
-    sig.update({k: "i32" for k in ("G", "D", "R", "nb", "S", "H", "W", "NBW", "stride_n",
-                                   "stride_s", "seed")})
-    q = quantizer_constexprs(8, "fp8_e4m3", False, BLOCK_B, BLOCK_D, 4)
-    warps = q.pop("num_warps")
-    rows = sum(k << (5 * k) for k in IDENTITY_ROWS)
+    sig = {"ca_ptr": "*fp8e4nv", "cb_ptr": "*fp8e4nv", "sa_ptr": "*fp32", "sb_ptr": "*fp32",
+           "codes_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "amax_ptr": "*i32", "T_PAD": "i32",
+           "S": "i32", "S_PAD": "i32", "D": "i32", "R": "i32", "numel": "fp32"}
     for mode in (1, 2):
-        const = dict(MODE=mode, TRANS=True, PATCH=False, SIGNS=False, TRANSFORM=False,
-                     SWIGLU=SWIGLU_ROUNDING[torch.bfloat16], ROWS=rows, NR=16, RP=16, **q)
-        src = ASTSource(fn=_hla_quant_kernel, constexprs=const,
+        const = dict(MODE=mode, PRODUCT_ROUND=PRODUCT_ROUND[torch.bfloat16],
+                     **code_constexprs(8, "fp8_e4m3"), BLOCK_T=ABC_BLOCK_T, BLOCK_D=ABC_BLOCK_D,
+                     LOOP=ABC_LOOP)
+        src = ASTSource(fn=_swiglu_abc_kernel, constexprs=const,
                         signature={**sig, **{k: "constexpr" for k in const}})
         kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": warps})
+                                options={"num_warps": ABC_WARPS})
         n += bool(kernel.asm["cubin"])
     print(f"{n}/9")
 """)
@@ -422,8 +423,8 @@ AOT_HOPPER = textwrap.dedent("""
 def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
     """The kernels written without a GPU compile to sm_90 machine code (Triton's front end,
     then ptxas): the weight operands' in both launches, max-abs-FP8 and SAWB-INT4, and the
-    SwiGLU forward's codes for each product, and the HLA quantizer reading a SwiGLU's codes
-    (the lean backward's ABC of the product), both passes: the interpreter does not check
+    SwiGLU forward's codes for each product, and the lean backward's kernel of down's ABC
+    codes from a SwiGLU's codes, both passes: the interpreter does not check
     what only a GPU compile does (globals read as constexpr, types, a branch never taken)."""
     import pathlib
     import shutil

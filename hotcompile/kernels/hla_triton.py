@@ -29,7 +29,6 @@ from hotcompile.hla import patch_side
 from hotcompile.kernels import dispatch, scratch
 from hotcompile.kernels.rounding import (
     ROUNDING_CODES,
-    _round_bf16,
     code_constexprs,
     codes,
     normal_scale,
@@ -44,8 +43,6 @@ IDENTITY_ROWS = tuple(range(16))
 #: default program tile: BLOCK_B blocks × BLOCK_D channels (× 16 positions in registers)
 BLOCK_B = 8
 BLOCK_D = 64
-#: ``_load_pos``'s SWIGLU by the dtype a SwiGLU's product is rounded to (None: x is no product)
-SWIGLU_ROUNDING = {None: 0, torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
 
 
 # ----------------------------------------------------------------------------- device code
@@ -54,17 +51,10 @@ SWIGLU_ROUNDING = {None: 0, torch.bfloat16: 1, torch.float16: 2, torch.float32: 
 @triton.jit
 def _load_pos(
     x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n,
-    b_ptr, xa_ptr, xb_ptr,
-    P: tl.constexpr, PATCH: tl.constexpr, SIGNS: tl.constexpr, SWIGLU: tl.constexpr,
+    P: tl.constexpr, PATCH: tl.constexpr, SIGNS: tl.constexpr,
 ):  # fmt: skip
     """Position P of each HLA block ``bidx`` (per sample): ``[BLOCK_B, BLOCK_D]`` float32;
-    with SIGNS times the token's ±1 (``sign_ptr[n·S + s]``: hla_signs, exact in float32).
-
-    ``SWIGLU`` (:data:`SWIGLU_ROUNDING`, not 0): ``x_ptr`` and ``b_ptr`` hold a SwiGLU's
-    rowwise FP8 codes of its gate and up outputs (``HotConfig.abc_swiglu``) with a float32
-    scale per token (``xa_ptr``, ``xb_ptr``), and the position's value is their product
-    ``silu(a')·b'`` in float32, rounded once to the dtype the GEMM reads (1: bfloat16, by
-    the float's bits as the interpreter agrees; 2: float16; 3: float32 as it is)."""
+    with SIGNS times the token's ±1 (``sign_ptr[n·S + s]``: hla_signs, exact in float32)."""
     if PATCH:
         hh = (bidx // NBW) * 4 + P // 4
         ww = (bidx % NBW) * 4 + P % 4
@@ -73,19 +63,8 @@ def _load_pos(
     else:
         s = bidx * 16 + P
         ok = gmask & (s < S)
-    offs = base[:, None] + s.to(tl.int64)[:, None] * stride_s + d[None, :]
-    m = ok[:, None] & dmask[None, :]
-    v = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
-    if SWIGLU != 0:
-        tok = n.to(tl.int64) * S + s
-        a = v * tl.load(xa_ptr + tok, mask=ok, other=0.0)[:, None]
-        b = tl.load(b_ptr + offs, mask=m, other=0.0).to(tl.float32)
-        b = b * tl.load(xb_ptr + tok, mask=ok, other=0.0)[:, None]
-        v = a * tl.sigmoid(a) * b
-        if SWIGLU == 1:
-            v = _round_bf16(v)
-        elif SWIGLU == 2:
-            v = v.to(tl.float16).to(tl.float32)
+    ptrs = x_ptr + base[:, None] + s.to(tl.int64)[:, None] * stride_s + d[None, :]
+    v = tl.load(ptrs, mask=ok[:, None] & dmask[None, :], other=0.0).to(tl.float32)
     if SIGNS:
         sgn = tl.load(sign_ptr + n.to(tl.int64) * S + s, mask=ok, other=0.0).to(tl.float32)
         v = v * sgn[:, None]
@@ -291,19 +270,17 @@ def _tensor_codes(
 
 @triton.jit
 def _hla_quant_kernel(
-    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr, b_ptr, xa_ptr, xb_ptr,
+    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr,
     G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel,
     MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr, SAWB: tl.constexpr,
-    SIGNS: tl.constexpr, TRANSFORM: tl.constexpr, SWIGLU: tl.constexpr,
+    SIGNS: tl.constexpr, TRANSFORM: tl.constexpr,
     ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """MODE 1: max-abs of the kept coefficients into ``amax_ptr`` (atomic max on int bits);
     with SAWB also Σt², Σ|t| into ``stats_ptr`` (atomic fp32 adds). MODE 2: quantize with the
-    scale from MODE 1; codes ``[R, D]`` or (TRANS) ``[D, R]``, in the codes tensor's dtype.
-    ``SWIGLU``: x is a SwiGLU's product made from its saved codes as it is read
-    (:func:`_load_pos`; ``b_ptr``, ``xa_ptr``, ``xb_ptr``: up's codes and both row scales)."""
+    scale from MODE 1; codes ``[R, D]`` or (TRANS) ``[D, R]``, in the codes tensor's dtype."""
     pid_b = tl.program_id(0)
     pid_d = tl.program_id(1)
     g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -313,24 +290,23 @@ def _hla_quant_kernel(
     base = n.to(tl.int64) * stride_n
     d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
-    a = (x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n, b_ptr, xa_ptr,
-         xb_ptr)  # fmt: skip
-    y0 = _load_pos(*a, 0, PATCH, SIGNS, SWIGLU)
-    y1 = _load_pos(*a, 1, PATCH, SIGNS, SWIGLU)
-    y2 = _load_pos(*a, 2, PATCH, SIGNS, SWIGLU)
-    y3 = _load_pos(*a, 3, PATCH, SIGNS, SWIGLU)
-    y4 = _load_pos(*a, 4, PATCH, SIGNS, SWIGLU)
-    y5 = _load_pos(*a, 5, PATCH, SIGNS, SWIGLU)
-    y6 = _load_pos(*a, 6, PATCH, SIGNS, SWIGLU)
-    y7 = _load_pos(*a, 7, PATCH, SIGNS, SWIGLU)
-    y8 = _load_pos(*a, 8, PATCH, SIGNS, SWIGLU)
-    y9 = _load_pos(*a, 9, PATCH, SIGNS, SWIGLU)
-    y10 = _load_pos(*a, 10, PATCH, SIGNS, SWIGLU)
-    y11 = _load_pos(*a, 11, PATCH, SIGNS, SWIGLU)
-    y12 = _load_pos(*a, 12, PATCH, SIGNS, SWIGLU)
-    y13 = _load_pos(*a, 13, PATCH, SIGNS, SWIGLU)
-    y14 = _load_pos(*a, 14, PATCH, SIGNS, SWIGLU)
-    y15 = _load_pos(*a, 15, PATCH, SIGNS, SWIGLU)
+    a = (x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n)
+    y0 = _load_pos(*a, 0, PATCH, SIGNS)
+    y1 = _load_pos(*a, 1, PATCH, SIGNS)
+    y2 = _load_pos(*a, 2, PATCH, SIGNS)
+    y3 = _load_pos(*a, 3, PATCH, SIGNS)
+    y4 = _load_pos(*a, 4, PATCH, SIGNS)
+    y5 = _load_pos(*a, 5, PATCH, SIGNS)
+    y6 = _load_pos(*a, 6, PATCH, SIGNS)
+    y7 = _load_pos(*a, 7, PATCH, SIGNS)
+    y8 = _load_pos(*a, 8, PATCH, SIGNS)
+    y9 = _load_pos(*a, 9, PATCH, SIGNS)
+    y10 = _load_pos(*a, 10, PATCH, SIGNS)
+    y11 = _load_pos(*a, 11, PATCH, SIGNS)
+    y12 = _load_pos(*a, 12, PATCH, SIGNS)
+    y13 = _load_pos(*a, 13, PATCH, SIGNS)
+    y14 = _load_pos(*a, 14, PATCH, SIGNS)
+    y15 = _load_pos(*a, 15, PATCH, SIGNS)
     # the stages of fwht_last: h = 1, 2, 4, 8; (j, j+h) -> (a+b, a-b). Without TRANSFORM
     # (no HLA) the "coefficients" are the 16 positions themselves: the plain rows of x
     if TRANSFORM:
@@ -423,65 +399,6 @@ def hla_quantize(
     )  # fmt: skip
 
 
-def supported_swiglu(
-    ca: torch.Tensor, cb: torch.Tensor, samples: int, grid_w: int, rows, bits: int,
-    rounding: str, dtype: torch.dtype,
-) -> bool:  # fmt: skip
-    """Whether :func:`hla_quantize_swiglu` takes a SwiGLU's codes ``ca``, ``cb`` ``[L, D]``
-    (``samples`` sequences of ``L / samples`` tokens): contiguous e4m3 codes of one shape,
-    token blocks (no patches), at most 16 kept rows, the per-tensor roundings of the
-    native path and a product dtype the kernel rounds to."""
-    return (
-        ca.dim() == 2
-        and ca.shape == cb.shape
-        and ca.dtype == cb.dtype == torch.float8_e4m3fn
-        and ca.is_contiguous()
-        and cb.is_contiguous()
-        and ca.numel() > 0
-        and samples > 0
-        and ca.shape[0] % samples == 0
-        and grid_w == 0
-        and len(rows) <= 16
-        and all(0 <= int(j) < 16 for j in rows)
-        and bits in (4, 8)
-        and rounding in ROUNDING_CODES
-        and rounding != "stochastic"
-        and (rounding != FP8_E4M3 or bits == 8)
-        and dtype in SWIGLU_ROUNDING
-        and dtype is not None
-    )
-
-
-def hla_quantize_swiglu(
-    ca: torch.Tensor, sa: torch.Tensor, cb: torch.Tensor, sb: torch.Tensor, samples: int,
-    rows, bits: int, rounding: str, dtype: torch.dtype, fp8_codes: bool = False,
-    kernel=_hla_quant_kernel, words: torch.Tensor | None = None, block_b: int = BLOCK_B,
-    block_d: int = BLOCK_D, num_warps: int = 4,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """ABC's codes of a SwiGLU's product from the SwiGLU's saved codes: ``hla_codes`` of
-    ``(silu(a')·b').to(dtype)`` over ``samples`` sequences, where ``a' = ca·sa`` and
-    ``b' = cb·sb`` (``HotConfig.abc_swiglu``: rowwise e4m3 codes ``[L, D]`` of gate's and up's
-    outputs, float32 scales ``[L]``). Codes K-major ``[D, R]`` (``rows`` empty: the plain
-    token rows) and the float32 scale ``[1]``, as :func:`hla_quantize` writes them for the
-    product itself.
-
-    Why: the lean plan re-derives down's ABC codes in the backward. Made as ATen, inductor
-    wrote the bf16 product for the quantizer to read back (0.85 ms a step on the H200
-    Llama, beside the quantizer's own passes); here both passes read the 1-byte codes and
-    the product lives only in registers. ``kernel``: ``wrap_triton``'s under a ``triton_op``;
-    ``words``: a zeroed int32 word there (else a scratch one); the tile as
-    :func:`hla_quantize`'s."""
-    L, D = ca.shape
-    shape = (samples, L // samples, D)
-    fp8 = rounding == FP8_E4M3
-    out = torch.float8_e4m3fn if fp8 or fp8_codes else torch.int8
-    words = words if words is not None else scratch.zeroed(ca.device, 1)
-    return launch_hla_quantize(
-        kernel, ca.view(shape), 0, rows, bits, rounding, True, False, out, None, words, 0,
-        block_b, block_d, num_warps, swiglu=(cb.view(shape), sa.reshape(L), sb.reshape(L), dtype),
-    )  # fmt: skip
-
-
 def quantizer_constexprs(
     bits: int, rounding: str, sawb: bool, block_b: int, block_d: int, num_warps: int
 ) -> dict:
@@ -514,7 +431,6 @@ def launch_hla_quantize(
     block_d: int = BLOCK_D,
     num_warps: int = 4,
     amax_given: bool = False,
-    swiglu: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.dtype] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Allocate the outputs and launch ``_hla_quant_kernel`` twice (max-abs, then codes):
     the one copy of the launch arithmetic, shared by :func:`hla_quantize` (the ops path:
@@ -526,12 +442,7 @@ def launch_hla_quantize(
     ``amax_given`` (no HLA, token blocks, no signs, K-major, no SAWB: the plain rows of x):
     ``words[0]`` already holds x's max-abs bits (HQ's kernel took them from the same g_y), so
     only the codes pass runs (H100: 78 vs 131 µs over an 8192² g_y,
-    ``experiments/results/plain_codes_pass_h100.md``).
-
-    ``swiglu`` ``(b, a_scale, b_scale, dtype)``: ``x`` and ``b`` ``[N, S, D]`` are a SwiGLU's
-    rowwise FP8 codes of its gate and up outputs with float32 scales ``[N·S]``, and the
-    kernel quantizes their product ``silu(a')·b'`` rounded to ``dtype`` (:func:`_load_pos`),
-    which is never written (:func:`hla_quantize_swiglu`)."""
+    ``experiments/results/plain_codes_pass_h100.md``)."""
     N, S, D = x.shape
     nb, H, W, nbw = hla_rows_count(S, grid_w)
     transform = len(rows) > 0
@@ -553,19 +464,15 @@ def launch_hla_quantize(
     block_d = min(block_d, triton.next_power_of_2(D))
     grid = (triton.cdiv(G, block_b), triton.cdiv(D, block_d))
     sp = signs if signs is not None else scale  # any pointer when SIGNS is off
-    b, xa, xb, product = swiglu if swiglu is not None else (x, scale, scale, None)
-    if swiglu is not None and b.stride() != x.stride():
-        raise ValueError("a SwiGLU's two codes tensors must share one layout")
     args = (
-        x, codes, scale, amax, stats, sp, b, xa, xb, G, D, R, nb, S, H, W, nbw, x.stride(0),
-        x.stride(1), seed, float(R * D),
+        x, codes, scale, amax, stats, sp, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1), seed,
+        float(R * D),
     )  # fmt: skip
     common = dict(
         TRANS=transposed,
         PATCH=grid_w > 0,
         SIGNS=signs is not None,
         TRANSFORM=transform,
-        SWIGLU=SWIGLU_ROUNDING[product],
         ROWS=packed,
         NR=nr,
         RP=rp,

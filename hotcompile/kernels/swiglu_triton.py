@@ -35,6 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hotcompile.kernels import scratch
+from hotcompile.kernels.hla_triton import _tensor_scale
 from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16, _quant_store
 from hotcompile.kernels.rounding import (
     FP8,
@@ -44,6 +46,7 @@ from hotcompile.kernels.rounding import (
     codes,
     normal_scale,
 )
+from hotcompile.quant import FP8_E4M3
 
 #: warps per program (one 8192-wide row): 16 took 301.7 µs, 8 303.8, 4 359.0; two rows per
 #: program spill (368-1241 µs) (H100, ``experiments/results/swiglu_hq_h100.json``)
@@ -269,3 +272,143 @@ def swiglu_codes(
     sy = torch.empty((L if product == "fp8" else 0,), dtype=torch.float32, device=a.device)
     launch_swiglu_codes(kernel, a, b, ca, sa, cb, sb, y, sy, product, warps)
     return ca, sa, cb, sb, y, sy
+
+
+# ----------------------------------------------------------------------------- the backward's
+# re-derivation of the down projection's ABC codes from the forward's codes of a and b
+
+#: default tile of :func:`_swiglu_abc_kernel`: padded tokens × channels, warps, and tiles a
+#: program walks (sm_90: 80 registers, no spills)
+ABC_BLOCK_T = 32
+ABC_BLOCK_D = 128
+ABC_WARPS = 8
+ABC_LOOP = 8
+#: the dtype the product is rounded to (``_swiglu_abc_kernel``'s PRODUCT_ROUND)
+PRODUCT_ROUND = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
+
+
+@triton.jit
+def _abc_product(ca_ptr, cb_ptr, sa_ptr, sb_ptr, t, d, dm, T_PAD, S, S_PAD, D,
+                 PRODUCT_ROUND: tl.constexpr):  # fmt: skip
+    """``silu(a')·b'`` over padded rows ``t`` × channels ``d`` (float32; zeros in the padding
+    rows and masked channels), rounded once to the GEMM's dtype (``PRODUCT_ROUND``)."""
+    s = t % S_PAD
+    ok = (t < T_PAD) & (s < S)
+    tok = (t // S_PAD).to(tl.int64) * S + s
+    m = ok[:, None] & dm[None, :]
+    offs = tok[:, None] * D + d[None, :]
+    a = tl.load(ca_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    a = a * tl.load(sa_ptr + tok, mask=ok, other=0.0)[:, None]
+    b = tl.load(cb_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    b = b * tl.load(sb_ptr + tok, mask=ok, other=0.0)[:, None]
+    y = a * tl.sigmoid(a) * b
+    if PRODUCT_ROUND == 1:
+        y = _round_bf16(y)
+    elif PRODUCT_ROUND == 2:
+        y = y.to(tl.float16).to(tl.float32)
+    return y
+
+
+@triton.jit
+def _swiglu_abc_kernel(
+    ca_ptr, cb_ptr, sa_ptr, sb_ptr, codes_ptr, scale_ptr, amax_ptr, T_PAD, S, S_PAD, D, R,
+    numel,
+    MODE: tl.constexpr, PRODUCT_ROUND: tl.constexpr, ROUNDING: tl.constexpr,
+    QMAX: tl.constexpr, PM: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    LOOP: tl.constexpr,
+):  # fmt: skip
+    """ABC's codes of a SwiGLU's product ``y = silu(a')·b'`` in the g_w path's plain token
+    rows, from the SwiGLU's rowwise FP8 codes (``a' = ca·sa``, ``b' = cb·sb``, ``[N·S, D]``):
+    MODE 1, y's max-abs into ``amax_ptr`` (atomic max on the float's bits: NaN propagates);
+    MODE 2, the per-tensor codes of y written K-major ``[D, R]``, R = N·S_PAD (each sample
+    padded with zero rows to a multiple of 16, as ``hla_triton.hla_quantize`` writes the
+    plain rows), and the scale. y is float32 arithmetic rounded once to the GEMM's dtype
+    (PRODUCT_ROUND: :data:`PRODUCT_ROUND`, bfloat16 by the float's bits), never stored.
+    A program walks ``LOOP`` tiles of ``[BLOCK_T, BLOCK_D]`` padded rows × channels: small
+    tiles keep the registers low, and one atomic per program keeps the max-abs word cool."""
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    dm = d < D
+    t0 = tl.program_id(0) * (BLOCK_T * LOOP)
+    if MODE == 1:
+        top = tl.zeros((), dtype=tl.int32)
+        for i in range(LOOP):
+            t = t0 + i * BLOCK_T + tl.arange(0, BLOCK_T)
+            y = _abc_product(ca_ptr, cb_ptr, sa_ptr, sb_ptr, t, d, dm, T_PAD, S, S_PAD, D,
+                             PRODUCT_ROUND)  # fmt: skip
+            bits = tl.abs(y).to(tl.int32, bitcast=True)
+            top = tl.maximum(top, tl.max(tl.max(bits, axis=1), axis=0))
+        tl.atomic_max(amax_ptr, top)
+    else:
+        scale = _tensor_scale(amax_ptr, scale_ptr, numel, False, QMAX)
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+            tl.store(scale_ptr, scale)
+        for i in range(LOOP):
+            t = t0 + i * BLOCK_T + tl.arange(0, BLOCK_T)
+            y = _abc_product(ca_ptr, cb_ptr, sa_ptr, sb_ptr, t, d, dm, T_PAD, S, S_PAD, D,
+                             PRODUCT_ROUND)  # fmt: skip
+            out = d[None, :].to(tl.int64) * R + t[:, None]
+            c = codes(y, scale, out.to(tl.int32), 0, ROUNDING, QMAX, PM)
+            mask = (t < T_PAD)[:, None] & dm[None, :]
+            tl.store(codes_ptr + out, c.to(codes_ptr.dtype.element_ty), mask=mask)
+
+
+def supported_abc(
+    ca: torch.Tensor, cb: torch.Tensor, samples: int, rows, bits: int, rounding: str,
+    dtype: torch.dtype,
+) -> bool:  # fmt: skip
+    """Whether :func:`swiglu_abc` takes a SwiGLU's codes ``ca``, ``cb`` ``[L, D]`` over
+    ``samples`` sequences of ``L / samples`` tokens: contiguous e4m3 codes of one shape, the
+    g_w path's plain rows (no HLA rows: the text recipe), the per-tensor roundings without
+    host seeds, and a product dtype the kernel rounds to."""
+    return (
+        ca.dim() == 2
+        and ca.shape == cb.shape
+        and ca.dtype == cb.dtype == torch.float8_e4m3fn
+        and ca.is_contiguous()
+        and cb.is_contiguous()
+        and ca.numel() > 0
+        and samples > 0
+        and ca.shape[0] % samples == 0
+        and len(rows) == 0
+        and bits in (4, 8)
+        and rounding in ROUNDING_CODES
+        and rounding != "stochastic"
+        and (rounding != FP8_E4M3 or bits == 8)
+        and dtype in PRODUCT_ROUND
+    )
+
+
+def swiglu_abc(
+    ca: torch.Tensor, sa: torch.Tensor, cb: torch.Tensor, sb: torch.Tensor, samples: int,
+    bits: int, rounding: str, dtype: torch.dtype, fp8_codes: bool = False,
+    kernel=_swiglu_abc_kernel, words: torch.Tensor | None = None, block_t: int = ABC_BLOCK_T,
+    block_d: int = ABC_BLOCK_D, warps: int = ABC_WARPS, loop: int = ABC_LOOP,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """ABC's codes of a SwiGLU's product from the SwiGLU's saved codes
+    (:func:`supported_abc`): ``hla_codes`` of ``(silu(a')·b').to(dtype)`` in plain token
+    rows, ``a' = ca·sa``, ``b' = cb·sb`` (rowwise e4m3 codes ``[L, D]`` of gate's and up's
+    outputs, float32 scales ``[L]``): codes K-major ``[D, R]`` (e4m3 for ``FP8_E4M3`` or
+    ``fp8_codes``, else int8) and the float32 scale ``[1]``, as ``hla_triton.hla_quantize``
+    writes them for the product itself. Two launches: max-abs, then the codes.
+
+    Why: the lean plan re-derives down's ABC codes in the backward. Made as ATen, inductor
+    wrote the bf16 product for the quantizer to read back (H200 Llama: 166 µs a layer, 603
+    at the 8B width, ``experiments/results/swiglu_abc_h200.md``); here both passes read the
+    1-byte codes and the product lives in registers. ``kernel``: ``wrap_triton``'s under a
+    ``triton_op``; ``words``: a zeroed int32 word there (else a scratch one)."""
+    L, D = ca.shape
+    S = L // samples
+    s_pad = -(-S // 16) * 16
+    R = samples * s_pad
+    out = torch.float8_e4m3fn if rounding == FP8_E4M3 or fp8_codes else torch.int8
+    c = torch.empty((D, R), dtype=out, device=ca.device)
+    scale = torch.empty((1,), dtype=torch.float32, device=ca.device)
+    words = words if words is not None else scratch.zeroed(ca.device, 1)
+    grid = (triton.cdiv(R, block_t * loop), triton.cdiv(D, block_d))
+    for mode in (1, 2):
+        kernel[grid](
+            ca, cb, sa, sb, c, scale, words, R, S, s_pad, D, R, float(R * D),
+            MODE=mode, PRODUCT_ROUND=PRODUCT_ROUND[dtype], **code_constexprs(bits, rounding),
+            BLOCK_T=block_t, BLOCK_D=block_d, LOOP=loop, num_warps=warps,
+        )  # fmt: skip
+    return c, scale

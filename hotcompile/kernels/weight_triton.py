@@ -59,7 +59,7 @@ def _load_w(w_ptr, g, gmask, d, dmask, I, O, P: tl.constexpr, ROUND_BF16: tl.con
     """Row ``16·g + P`` of W, ``[BLOCK_B, BLOCK_D]`` float32 (bf16-rounded with ROUND_BF16)."""
     zero = g * 0
     v = _load_pos(w_ptr, zero.to(tl.int64), g, gmask, d, dmask, I, O, 0, 0, 1, w_ptr, zero,
-                  w_ptr, w_ptr, w_ptr, P, False, False, 0)  # fmt: skip
+                  P, False, False)  # fmt: skip
     if ROUND_BF16:
         v = _round_bf16(v)
     return v

@@ -508,20 +508,20 @@ def compress_swiglu(
     sb)`` of ``a`` and ``b`` (``HotConfig.abc_swiglu``): the codes of ``silu(a')·b'`` in
     ``x_dtype``, as the GEMM reads it (``gemm_dtype``, the autocast dtype).
 
-    On CUDA one kernel quantizes the product as it makes it from the codes
-    (``hotcompile.kernels.hla_triton.hla_quantize_swiglu``): the lean plan's backward, which
-    re-derives these codes, then never writes the product. Elsewhere, or where it does not
-    take the case, the same values from ATen (float32 arithmetic, one rounding to
-    ``x_dtype``, then to ``gemm_dtype``)."""
+    On CUDA, for the g_w path's plain rows (the text recipe), one kernel quantizes the
+    product as it makes it from the codes (``hotcompile.kernels.swiglu_triton.swiglu_abc``):
+    the lean plan's backward, which re-derives these codes, then never writes the product.
+    Elsewhere, or where it does not take the case, the same values from ATen (float32
+    arithmetic, one rounding to ``x_dtype``, then to ``gemm_dtype``)."""
     ca, sa, cb, sb = codes
     N = int(x3_shape[0])
     one_rounding = x_dtype in (gemm_dtype, torch.float32)
     if use_triton(ca) and one_rounding:
-        from hotcompile.kernels.hla_triton import supported_swiglu
+        from hotcompile.kernels.swiglu_triton import supported_abc
 
-        if supported_swiglu(ca, cb, N, 0, rows, bits, rounding, gemm_dtype):
+        if supported_abc(ca, cb, N, rows, bits, rounding, gemm_dtype):
             c, s = _triton_ops().swiglu_abc(
-                _plain(ca), sa, _plain(cb), sb, N, list(rows), bits, rounding, gemm_dtype, False
+                _plain(ca), sa, _plain(cb), sb, N, bits, rounding, gemm_dtype, False
             )
             return c.t(), s
     a, b = dequantize(ca, sa), dequantize(cb, sb)

@@ -22,13 +22,10 @@ from torch.library import triton_op, wrap_triton
 
 from hotcompile.hadamard import padded
 from hotcompile.kernels import swiglu_triton
-from hotcompile.kernels.hla_triton import (
-    _hla_quant_kernel,
-    hla_quantize_swiglu,
-    launch_hla_quantize,
-)
+from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
 from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
 from hotcompile.kernels.swiglu_triton import (
+    _swiglu_abc_kernel,
     _swiglu_codes_kernel,
     _swiglu_hq_kernel,
     launch_swiglu_hq,
@@ -43,7 +40,7 @@ LIB = "hotcompile_lowering"
 ttir_cache.install(
     (
         _hq_quant_kernel, _hla_quant_kernel, _swiglu_hq_kernel, _swiglu_codes_kernel,
-        _weight_operands_kernel,
+        _swiglu_abc_kernel, _weight_operands_kernel,
     )
 )  # fmt: skip
 
@@ -118,28 +115,27 @@ def hla_quantize(
     )  # fmt: skip
 
 
-@triton_op(f"{LIB}::hla_quantize_swiglu", mutates_args=())
+@triton_op(f"{LIB}::swiglu_abc", mutates_args=())
 def swiglu_abc(
     ca: torch.Tensor,
     sa: torch.Tensor,
     cb: torch.Tensor,
     sb: torch.Tensor,
     samples: int,
-    rows: list[int],
     bits: int,
     rounding: str,
     dtype: torch.dtype,
     fp8_codes: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """ABC's codes (K-major ``[D, R]``) and scale ``[1]`` of a SwiGLU's product
-    ``(silu(ca·sa) · (cb·sb)).to(dtype)`` from its rowwise FP8 codes ``[L, D]`` and row
-    scales ``[L]`` (``HotConfig.abc_swiglu``), as :func:`hla_quantize` of the product over
+    """ABC's codes (K-major ``[D, R]``, plain token rows) and scale ``[1]`` of a SwiGLU's
+    product ``(silu(ca·sa) · (cb·sb)).to(dtype)`` from its rowwise FP8 codes ``[L, D]`` and
+    row scales ``[L]`` (``HotConfig.abc_swiglu``), as :func:`hla_quantize` of the product over
     ``samples`` sequences, without the product ever written
-    (``hotcompile.kernels.hla_triton.hla_quantize_swiglu``: two passes over the codes)."""
+    (``hotcompile.kernels.swiglu_triton.swiglu_abc``: two passes over the codes)."""
     words = torch.zeros((1,), dtype=torch.int32, device=ca.device)
-    return hla_quantize_swiglu(
-        ca, sa, cb, sb, samples, rows, bits, rounding, dtype, fp8_codes,
-        kernel=wrap_triton(_hla_quant_kernel), words=words,
+    return swiglu_triton.swiglu_abc(
+        ca, sa, cb, sb, samples, bits, rounding, dtype, fp8_codes,
+        kernel=wrap_triton(_swiglu_abc_kernel), words=words,
     )  # fmt: skip
 
 
