@@ -168,6 +168,8 @@ def test_lean_step_runs_the_swiglu_codes_kernel(monkeypatch):
     from test_abc_swiglu import ResidualSwiGLU
     from test_lowering_gpu import _swiglu_step
 
+    from hotcompile.lowering import hot as native
+
     rewrite = sys.modules["hotcompile.passes.rewrite"]
     opts = {"lowering": "native", "prefer": "paper", "recipe": "text", "forward": "fp8",
             "abc_swiglu": "fp8", "abc_recompute": "unary"}  # fmt: skip
@@ -176,6 +178,8 @@ def test_lean_step_runs_the_swiglu_codes_kernel(monkeypatch):
         code, grads = _swiglu_step(options, ResidualSwiGLU)
         return code[:2], grads
 
+    # the backward's kernel at this small width too (the step takes it past 8192 wide)
+    monkeypatch.setattr(native, "SWIGLU_ABC_ATEN_MAX_WIDTH", 0)
     (forward, backward), grads = step()
     launches = re.findall(r"^\s+(\w+)\.run\(", forward, re.M)
     assert sum(n.startswith("_swiglu_codes_kernel") for n in launches) == 1, launches

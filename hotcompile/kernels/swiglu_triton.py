@@ -278,11 +278,13 @@ def swiglu_codes(
 # re-derivation of the down projection's ABC codes from the forward's codes of a and b
 
 #: default tile of :func:`_swiglu_abc_kernel`: padded tokens × channels, warps, and tiles a
-#: program walks (sm_90: 80 registers, no spills)
-ABC_BLOCK_T = 32
+#: program walks — the fastest of 12 at both of the benchmark Llamas' widths on an H200
+#: (``experiments/results/swiglu_abc_h200.md``: tiles of 16 tokens ran 30–60% slower, their
+#: K-major stores 16 bytes long)
+ABC_BLOCK_T = 64
 ABC_BLOCK_D = 128
 ABC_WARPS = 8
-ABC_LOOP = 8
+ABC_LOOP = 2
 #: the dtype the product is rounded to (``_swiglu_abc_kernel``'s PRODUCT_ROUND)
 PRODUCT_ROUND = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
 
@@ -294,7 +296,7 @@ def _abc_product(ca_ptr, cb_ptr, sa_ptr, sb_ptr, t, d, dm, T_PAD, S, S_PAD, D,
     rows and masked channels), rounded once to the GEMM's dtype (``PRODUCT_ROUND``)."""
     s = t % S_PAD
     ok = (t < T_PAD) & (s < S)
-    tok = (t // S_PAD).to(tl.int64) * S + s
+    tok = (t // S_PAD) * S + s  # (int32: supported_abc keeps every offset below 2^31)
     m = ok[:, None] & dm[None, :]
     offs = tok[:, None] * D + d[None, :]
     a = tl.load(ca_ptr + offs, mask=m, other=0.0).to(tl.float32)
@@ -346,8 +348,8 @@ def _swiglu_abc_kernel(
             t = t0 + i * BLOCK_T + tl.arange(0, BLOCK_T)
             y = _abc_product(ca_ptr, cb_ptr, sa_ptr, sb_ptr, t, d, dm, T_PAD, S, S_PAD, D,
                              PRODUCT_ROUND)  # fmt: skip
-            out = d[None, :].to(tl.int64) * R + t[:, None]
-            c = codes(y, scale, out.to(tl.int32), 0, ROUNDING, QMAX, PM)
+            out = d[None, :] * R + t[:, None]
+            c = codes(y, scale, out, 0, ROUNDING, QMAX, PM)
             mask = (t < T_PAD)[:, None] & dm[None, :]
             tl.store(codes_ptr + out, c.to(codes_ptr.dtype.element_ty), mask=mask)
 
@@ -357,8 +359,9 @@ def supported_abc(
     dtype: torch.dtype,
 ) -> bool:  # fmt: skip
     """Whether :func:`swiglu_abc` takes a SwiGLU's codes ``ca``, ``cb`` ``[L, D]`` over
-    ``samples`` sequences of ``L / samples`` tokens: contiguous e4m3 codes of one shape, the
-    g_w path's plain rows (no HLA rows: the text recipe), the per-tensor roundings without
+    ``samples`` sequences of ``L / samples`` tokens: contiguous e4m3 codes of one shape whose
+    padded codes have fewer than 2^31 elements (the kernel's offsets are int32), the g_w
+    path's plain rows (no HLA rows: the text recipe), the per-tensor roundings without
     host seeds, and a product dtype the kernel rounds to."""
     return (
         ca.dim() == 2
@@ -366,9 +369,10 @@ def supported_abc(
         and ca.dtype == cb.dtype == torch.float8_e4m3fn
         and ca.is_contiguous()
         and cb.is_contiguous()
-        and ca.numel() > 0
+        and 0 < ca.numel()
         and samples > 0
         and ca.shape[0] % samples == 0
+        and ca.shape[1] * samples * (-(-ca.shape[0] // samples // 16) * 16) < 2**31
         and len(rows) == 0
         and bits in (4, 8)
         and rounding in ROUNDING_CODES

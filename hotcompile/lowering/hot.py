@@ -493,6 +493,14 @@ def compress(
     return codes.t(), scale
 
 
+#: the widest SwiGLU product whose lean-backward ABC codes (:func:`compress_swiglu`) stay with
+#: inductor's ATen, measured on an H200 (``experiments/results/swiglu_abc_h200.md``, session
+#: 30): inductor's fused product + max-abs kernel and the codes pass took 165 µs against the
+#: kernel's 203 at 8192 × 8192, but 604 against 345 at 8192 × 14336 (the 8B MLP, where
+#: inductor's kernel is slow). The kernel computes the product in both of its passes.
+SWIGLU_ABC_ATEN_MAX_WIDTH = 8192
+
+
 def compress_swiglu(
     codes: Sequence[torch.Tensor],
     x3_shape: Sequence[int],
@@ -508,15 +516,16 @@ def compress_swiglu(
     sb)`` of ``a`` and ``b`` (``HotConfig.abc_swiglu``): the codes of ``silu(a')·b'`` in
     ``x_dtype``, as the GEMM reads it (``gemm_dtype``, the autocast dtype).
 
-    On CUDA, for the g_w path's plain rows (the text recipe), one kernel quantizes the
-    product as it makes it from the codes (``hotcompile.kernels.swiglu_triton.swiglu_abc``):
-    the lean plan's backward, which re-derives these codes, then never writes the product.
+    On CUDA, for the g_w path's plain rows (the text recipe) of products wider than
+    :data:`SWIGLU_ABC_ATEN_MAX_WIDTH`, one kernel quantizes the product as it makes it from
+    the codes (``hotcompile.kernels.swiglu_triton.swiglu_abc``): the lean plan's backward,
+    which re-derives these codes, then never writes the product.
     Elsewhere, or where it does not take the case, the same values from ATen (float32
     arithmetic, one rounding to ``x_dtype``, then to ``gemm_dtype``)."""
     ca, sa, cb, sb = codes
     N = int(x3_shape[0])
     one_rounding = x_dtype in (gemm_dtype, torch.float32)
-    if use_triton(ca) and one_rounding:
+    if use_triton(ca) and one_rounding and ca.shape[-1] > SWIGLU_ABC_ATEN_MAX_WIDTH:
         from hotcompile.kernels.swiglu_triton import supported_abc
 
         if supported_abc(ca, cb, N, rows, bits, rounding, gemm_dtype):
