@@ -69,12 +69,18 @@
 # torchao at 0.916x peak) | fp8tests 8B (run 67: lean's backward on float32 dequantization at
 # 14336) | newtests 8B after the backward kernel took 14336 (run 68: lean 1.024x at 0.991x) |
 # Llama inductor,hot_fp8_memory (run 69: 1.13x at 0.76x) | profile Llama lean.
-# Next: (1) one kernel for the backward's re-derivation of down's ABC codes from a's and b's
-# codes (lean's last cost over hot_fp8: 0.85 ms + HLA launches), then
-# LANE0="llama:torchao_float8,hot_fp8,hot_fp8_lean" LANE1="llama8b:..same.."; (2) ViT-L/16
-# with CUDA graphs alone (LANE0="vit_l16:inductor_cg,hot_fp8_cg", DEADLINE >= 300: hot_fp8_cg's
-# compile did not fit 165 s); (3) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8
-# torchao_float8" and NPROC=1 FSDP=hot_fp8 (not re-run since session 26).
+# Session 30 (one GPU only, 4 calls, tools/results/fp8_forward_h200_s30.md): newtests + Llama
+# torchao,hot_fp8_lean,hot_fp8 (run 70: hot_fp8 1.034x) | swabc (experiments/swiglu_abc.py: the
+# lean backward's ABC kernel) + profile PVARIANTS=hot_fp8_lean,hot_fp8 | swabc fp8tests |
+# fp8tests + 8B (run 71: hot_fp8 1.040x, lean 1.028x at 0.990x peak) + swabc. The kernel pays
+# past 8192 wide only (336 vs 599 us at 14336; 200 vs 165 at 8192).
+# Next: (1) lean without the backward's re-derivation: save the forward's rowwise FP8 codes of
+# the product and fold their per-token scale into g_y for down's g_w (accuracy run first:
+# ACC="bf16 hot_fp8_lean"); (2) ViT-L/16 with CUDA graphs alone
+# (LANE0="vit_l16:inductor_cg,hot_fp8_cg", DEADLINE >= 300: hot_fp8_cg's compile did not fit
+# 165 s); (3) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
+# FSDP=hot_fp8 (not re-run since session 26).
+# swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (benches stop at
 # DEADLINE s after the call's start; test and timing parts get their own limit from when they
