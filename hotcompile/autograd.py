@@ -754,10 +754,10 @@ def _native_compress_swiglu(spec: LayerSpec, x, x3, rows, codes: tuple):
     """ABC's codes of a SwiGLU's product ``x`` (as ``x3 [N, S, D]``) from the SwiGLU's saved
     codes (:func:`hotcompile.lowering.hot.compress_swiglu`), traced as one native ABC
     compression that reads those codes only: ``hotcompile.passes.abc_recompute`` tags it for
-    recompute in the backward, which reads the codes anyway (the SwiGLU's backward). On CUDA
-    one kernel makes the product from the codes as it quantizes it; the bf16 product is not
-    written in the forward or the backward (the backward wrote it for the quantizer to read
-    back: H200 Llama, 0.85 ms a step)."""
+    recompute in the backward, which reads the codes anyway (the SwiGLU's backward). On CUDA,
+    past ``hot.SWIGLU_ABC_ATEN_MAX_WIDTH``, one kernel makes the product from the codes as it
+    quantizes it and never writes it (inductor's product kernel there took 599 µs a layer at
+    the 8B MLP's width, the kernel 336); narrower products keep inductor's fused ATen."""
     gemm_dtype = _autocast_dtype(x) if x.is_floating_point() else None
     with _abc_group():
         return native.compress_swiglu(

@@ -27,6 +27,10 @@ the Llama's 8192 × 8192, 383 against 758 at the 8B widths (H200,
 ``experiments/results/swiglu_codes_h200.md``). Its ``"values"`` product (the bf16 product with
 the codes, what ``prefer="memory"`` with the bf16 forward needs) measured 163 µs against
 inductor's 233 there; the step does not use it yet.
+
+The lean backward re-derives the down projection's ABC codes (per tensor, K-major) from the
+forward's codes of ``a`` and ``b``: ``_swiglu_abc_kernel`` (:func:`swiglu_abc`) makes the
+product from the codes in registers in both of its passes (max-abs, codes), never writing it.
 """
 
 from __future__ import annotations
@@ -396,10 +400,13 @@ def swiglu_abc(
     writes them for the product itself. Two launches: max-abs, then the codes.
 
     Why: the lean plan re-derives down's ABC codes in the backward. Made as ATen, inductor
-    wrote the bf16 product for the quantizer to read back (H200 Llama: 166 µs a layer, 603
-    at the 8B width, ``experiments/results/swiglu_abc_h200.md``); here both passes read the
-    1-byte codes and the product lives in registers. ``kernel``: ``wrap_triton``'s under a
-    ``triton_op``; ``words``: a zeroed int32 word there (else a scratch one)."""
+    writes the bf16 product for the quantizer to read back; here both passes read the 1-byte
+    codes and the product lives in registers. H200 (``experiments/results/swiglu_abc_h200.md``):
+    336 µs against inductor's 599 at the 8B MLP's 8192 × 14336, but 200 against 165 at
+    8192 × 8192 (the product made twice costs more than one written and read back), so the
+    step takes it past 8192 wide only (``lowering.hot.SWIGLU_ABC_ATEN_MAX_WIDTH``).
+    ``kernel``: ``wrap_triton``'s under a ``triton_op``; ``words``: a zeroed int32 word there
+    (else a scratch one)."""
     L, D = ca.shape
     S = L // samples
     s_pad = -(-S // 16) * 16

@@ -496,7 +496,7 @@ def compress(
 #: the widest SwiGLU product whose lean-backward ABC codes (:func:`compress_swiglu`) stay with
 #: inductor's ATen, measured on an H200 (``experiments/results/swiglu_abc_h200.md``, session
 #: 30): inductor's fused product + max-abs kernel and the codes pass took 165 µs against the
-#: kernel's 203 at 8192 × 8192, but 604 against 345 at 8192 × 14336 (the 8B MLP, where
+#: kernel's 200 at 8192 × 8192, but 599 against 336 at 8192 × 14336 (the 8B MLP, where
 #: inductor's kernel is slow). The kernel computes the product in both of its passes.
 SWIGLU_ABC_ATEN_MAX_WIDTH = 8192
 
