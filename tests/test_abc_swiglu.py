@@ -141,25 +141,17 @@ def test_downs_compression_reads_only_the_swiglu_codes_and_is_tagged(monkeypatch
     alone would not show a missing tag)."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from hotcompile.autograd import ABC_GROUP
     from hotcompile.passes import abc_recompute
 
     seen: list[tuple[int, bool]] = []
     tag = abc_recompute.tag_abc_recompute
+    must = CheckpointPolicy.MUST_RECOMPUTE
 
     def spy(graph, mode="unary"):
         out = tag(graph, mode)
         codes = abc_recompute._saved_codes_nodes(graph)
-        groups: dict[int, list] = {}
-        for n in graph.nodes:
-            group = (n.meta.get("custom") or {}).get(ABC_GROUP)
-            if group is not None:
-                groups.setdefault(group, []).append(n)
-        for members in groups.values():
-            inside = set(members)
-            reads = {a for n in members for a in n.all_input_nodes if a not in inside}
-            if len(reads) == 4 and reads <= codes:  # (ca, sa, cb, sb)
-                must = CheckpointPolicy.MUST_RECOMPUTE
+        for reads, members, _ in abc_recompute._compressions(graph, codes):
+            if len(reads) == 4 and set(reads) <= codes:  # (ca, sa, cb, sb)
                 seen.append((len(members), all(n.meta.get("recompute") is must for n in members)))
         return out
 

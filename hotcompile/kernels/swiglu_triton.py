@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hotcompile.hadamard import padded
 from hotcompile.kernels import scratch
 from hotcompile.kernels.hla_triton import _tensor_scale
 from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16, _quant_store
@@ -376,7 +377,7 @@ def supported_abc(
         and 0 < ca.numel()
         and samples > 0
         and ca.shape[0] % samples == 0
-        and ca.shape[1] * samples * (-(-ca.shape[0] // samples // 16) * 16) < 2**31
+        and ca.shape[1] * samples * padded(ca.shape[0] // samples, 16) < 2**31
         and len(rows) == 0
         and bits in (4, 8)
         and rounding in ROUNDING_CODES
@@ -388,15 +389,15 @@ def supported_abc(
 
 def swiglu_abc(
     ca: torch.Tensor, sa: torch.Tensor, cb: torch.Tensor, sb: torch.Tensor, samples: int,
-    bits: int, rounding: str, dtype: torch.dtype, fp8_codes: bool = False,
-    kernel=_swiglu_abc_kernel, words: torch.Tensor | None = None, block_t: int = ABC_BLOCK_T,
-    block_d: int = ABC_BLOCK_D, warps: int = ABC_WARPS, loop: int = ABC_LOOP,
+    bits: int, rounding: str, dtype: torch.dtype, kernel=_swiglu_abc_kernel,
+    words: torch.Tensor | None = None, block_t: int = ABC_BLOCK_T, block_d: int = ABC_BLOCK_D,
+    warps: int = ABC_WARPS, loop: int = ABC_LOOP,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """ABC's codes of a SwiGLU's product from the SwiGLU's saved codes
     (:func:`supported_abc`): ``hla_codes`` of ``(silu(a')·b').to(dtype)`` in plain token
     rows, ``a' = ca·sa``, ``b' = cb·sb`` (rowwise e4m3 codes ``[L, D]`` of gate's and up's
-    outputs, float32 scales ``[L]``): codes K-major ``[D, R]`` (e4m3 for ``FP8_E4M3`` or
-    ``fp8_codes``, else int8) and the float32 scale ``[1]``, as ``hla_triton.hla_quantize``
+    outputs, float32 scales ``[L]``): codes K-major ``[D, R]`` (e4m3 for ``FP8_E4M3``, else
+    int8) and the float32 scale ``[1]``, as ``hla_triton.hla_quantize``
     writes them for the product itself. Two launches: max-abs, then the codes.
 
     Why: the lean plan re-derives down's ABC codes in the backward. Made as ATen, inductor
@@ -409,9 +410,9 @@ def swiglu_abc(
     (else a scratch one)."""
     L, D = ca.shape
     S = L // samples
-    s_pad = -(-S // 16) * 16
+    s_pad = padded(S, 16)
     R = samples * s_pad
-    out = torch.float8_e4m3fn if rounding == FP8_E4M3 or fp8_codes else torch.int8
+    out = torch.float8_e4m3fn if rounding == FP8_E4M3 else torch.int8
     c = torch.empty((D, R), dtype=out, device=ca.device)
     scale = torch.empty((1,), dtype=torch.float32, device=ca.device)
     words = words if words is not None else scratch.zeroed(ca.device, 1)

@@ -530,7 +530,7 @@ def compress_swiglu(
 
         if supported_abc(ca, cb, N, rows, bits, rounding, gemm_dtype):
             c, s = _triton_ops().swiglu_abc(
-                _plain(ca), sa, _plain(cb), sb, N, bits, rounding, gemm_dtype, False
+                _plain(ca), sa, _plain(cb), sb, N, bits, rounding, gemm_dtype
             )
             return c.t(), s
     a, b = dequantize(ca, sa), dequantize(cb, sb)

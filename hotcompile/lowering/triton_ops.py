@@ -125,7 +125,6 @@ def swiglu_abc(
     bits: int,
     rounding: str,
     dtype: torch.dtype,
-    fp8_codes: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ABC's codes (K-major ``[D, R]``, plain token rows) and scale ``[1]`` of a SwiGLU's
     product ``(silu(ca·sa) · (cb·sb)).to(dtype)`` from its rowwise FP8 codes ``[L, D]`` and
@@ -134,8 +133,8 @@ def swiglu_abc(
     (``hotcompile.kernels.swiglu_triton.swiglu_abc``: two passes over the codes)."""
     words = torch.zeros((1,), dtype=torch.int32, device=ca.device)
     return swiglu_triton.swiglu_abc(
-        ca, sa, cb, sb, samples, bits, rounding, dtype, fp8_codes,
-        kernel=wrap_triton(_swiglu_abc_kernel), words=words,
+        ca, sa, cb, sb, samples, bits, rounding, dtype, kernel=wrap_triton(_swiglu_abc_kernel),
+        words=words,
     )  # fmt: skip
 
 
