@@ -80,6 +80,7 @@
 # (LANE0="vit_l16:inductor_cg,hot_fp8_cg", DEADLINE >= 300: hot_fp8_cg's compile did not fit
 # 165 s); (3) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
 # FSDP=hot_fp8 (not re-run since session 26).
+# floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (benches stop at
@@ -141,6 +142,10 @@ elif [ "$part" = swabc ]; then
   # the lean plan's backward kernel for down's ABC codes from the SwiGLU's codes (session 30)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/swiglu_abc.py \
     --out $OUT/swiglu_abc.md > $OUT/swabc.log 2>&1; echo "swabc rc=$?"; tail -6 $OUT/swabc.log
+elif [ "$part" = floor ]; then
+  # the benchmark Llamas' peak without their blocks + 16 B a block parameter (session 31)
+  timeout $(upto ${WDEADLINE:-150}) python3 experiments/peak_floor.py \
+    --out $OUT/peak_floor.md > $OUT/floor.log 2>&1; echo "floor rc=$?"; tail -5 $OUT/floor.log
 elif [ "$part" = swcodes ]; then
   # the lean plan's SwiGLU forward kernel against inductor's ATen (session 29)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/swiglu_codes.py \

@@ -209,6 +209,17 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # recomputed in the backward (prefer="memory"'s ABC choices without its weight codes in
     # the backward or its every-layer plan)
     "hot_fp8_lean": {"forward": "fp8", "abc_swiglu": "fp8", "abc_recompute": "unary"},
+    # session 31: lean's whole cost over hot_fp8 was the backward's re-derivation of down's
+    # codes (1.32 ms on the Llama); these keep those codes saved and take memory elsewhere
+    # at no work (views: o_proj's codes from the attention output SDPA saves anyway) or little
+    # (late: the weight's HQ codes from the parameter in the backward)
+    "hot_fp8_swiglu_views": {"forward": "fp8", "abc_swiglu": "fp8", "abc_recompute": "views"},
+    "hot_fp8_swiglu_late": {
+        "forward": "fp8",
+        "abc_swiglu": "fp8",
+        "abc_recompute": "views",
+        "weight_codes": "backward",
+    },
     "torchao_float8_rowwise": None,
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
     "inductor_cpp": None,
@@ -339,6 +350,11 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_fp8_tensorwise_swiglu": 'as hot_fp8_swiglu, with forward_scaling="tensorwise"',
     "hot_fp8_lean": 'as hot_fp8, with abc_swiglu="fp8" and abc_recompute="unary" (gate and '
     "up saved as FP8 codes, down's ABC codes derived from them in the backward)",
+    "hot_fp8_swiglu_views": 'as hot_fp8, with abc_swiglu="fp8" and abc_recompute="views" (gate '
+    "and up saved as FP8 codes; down's ABC codes saved; o_proj's re-derived from the attention "
+    "output in the backward)",
+    "hot_fp8_swiglu_late": 'as hot_fp8_swiglu_views, with weight_codes="backward" (HQ\'s codes of '
+    "each weight made in the backward from the parameter, not saved)",
     "hot_fp8_recompute": 'as hot_fp8, with abc_recompute="unary" (ABC\'s codes of a layer whose '
     "input the backward can re-derive from tensors it reads anyway, such as the down "
     "projection's from gate and up, are recomputed there instead of saved)",
