@@ -15,12 +15,17 @@ import pathlib
 import torch
 
 
-def parse(doc: str) -> argparse.Namespace:
-    """``--out FILE.md`` (and its ``.json``), after refusing to run without a GPU."""
+def parse(doc: str, rebuild: bool = False) -> argparse.Namespace:
+    """``--out FILE.md`` (and its ``.json``), after refusing to run without a GPU; with
+    ``rebuild``, also ``--from FILE.json``: the table again from a run's measured results,
+    which needs no GPU."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default="", help="write the markdown table here (and .json)")
+    if rebuild:
+        ap.add_argument("--from", dest="rebuild", metavar="FILE.json", default="",
+                        help="rebuild the table from this run's JSON (no GPU)")  # fmt: skip
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    if not getattr(args, "rebuild", "") and not torch.cuda.is_available():
         raise SystemExit("needs a GPU (the interpreter check is tests/test_kernels_interpret.py)")
     return args
 
