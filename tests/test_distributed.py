@@ -31,6 +31,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -190,6 +191,10 @@ def _rel(a: dict, b: dict) -> float:
     return float(torch.sqrt(num / den))
 
 
+#: a worker's single-process references, by (model, checkpointing, options, blocks only)
+_REFERENCES: dict[tuple, tuple] = {}
+
+
 def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
     """One case on this rank: ``kind-wrapper[-ckpt][-bf16][-fp8]`` (``fp8``: the FP8
     forward, ``forward="fp8"``)."""
@@ -228,24 +233,29 @@ def run_case(case: str, rank: int, world: int) -> dict[str, Any]:
         loss_of(fn(xb), yb).backward()
         return m
 
-    # single-process references (every rank computes them: deterministic)
-    fresh()
-    m = copy.deepcopy(base)
-    halves = {n: torch.zeros_like(p) for n, p in base.named_parameters()}
-    for r in range(world):
-        m.zero_grad(set_to_none=True)
-        single(x[r * per : (r + 1) * per], y[r * per : (r + 1) * per], True, m)
-        for n, g in _grads(m, names).items():
-            halves[n] += g / world
-    fresh()
-    ref = _grads(single(x, y, True), names)
-    ref_plan = _plan(hotcompile.plans())
-    exact = _grads(single(x, y, False), names)
-    full_plan = ref_plan
-    if blocks_only:  # what one process compiles of the whole model
+    # single-process references (every rank computes them: deterministic), once per model,
+    # checkpointing and options: the wrappers' cases of one model compare with the same ones
+    key = (kind, ckpt, json.dumps(options, sort_keys=True), blocks_only)
+    if key not in _REFERENCES:
         fresh()
-        single(x, y, True, whole=True)
-        full_plan = _plan(hotcompile.plans())
+        m = copy.deepcopy(base)
+        halves = {n: torch.zeros_like(p) for n, p in base.named_parameters()}
+        for r in range(world):
+            m.zero_grad(set_to_none=True)
+            single(x[r * per : (r + 1) * per], y[r * per : (r + 1) * per], True, m)
+            for n, g in _grads(m, names).items():
+                halves[n] += g / world
+        fresh()
+        ref = _grads(single(x, y, True), names)
+        ref_plan = _plan(hotcompile.plans())
+        exact = _grads(single(x, y, False), names)
+        full_plan = ref_plan
+        if blocks_only:  # what one process compiles of the whole model
+            fresh()
+            single(x, y, True, whole=True)
+            full_plan = _plan(hotcompile.plans())
+        _REFERENCES[key] = halves, ref, ref_plan, exact, full_plan
+    halves, ref, ref_plan, exact, full_plan = _REFERENCES[key]
 
     # distributed
     fresh()
@@ -336,10 +346,18 @@ def worker_main(cases: list[str], out: str) -> None:
     results = []
     try:
         for case in cases:
-            results.append(gate_case(rank) if case == "gate" else run_case(case, rank, world))
+            t0 = time.perf_counter()
+            try:
+                results.append(gate_case(rank) if case == "gate" else run_case(case, rank, world))
+                results[-1]["seconds"] = time.perf_counter() - t0
+            except Exception:  # that case's test fails with it; the later ones are not run
+                import traceback
+
+                results.append({"case": case, "rank": rank, "error": traceback.format_exc()})
+                break
     finally:
         dist.destroy_process_group()
-    pathlib.Path(out).joinpath(f"rank{rank}.json").write_text(json.dumps(results))
+        pathlib.Path(out).joinpath(f"rank{rank}.json").write_text(json.dumps(results))
 
 
 # ----------------------------------------------------------------------------- tests (parent)
@@ -381,6 +399,7 @@ def launch(cases: list[str], tmp: pathlib.Path, timeout: float = 600) -> list[di
 def check(res: dict[str, Any]) -> None:
     """The assertions of one case (rank 0's view)."""
     case = res["case"]
+    assert "error" not in res, f"{case} raised on rank 0:\n{res['error']}"
     assert res["finite"], case
     assert res["ranks_identical"], f"{case}: gradients differ across ranks"
     bf16 = "bf16" in case
@@ -431,16 +450,41 @@ SLOW = [
 ]  # fmt: skip
 
 
-def _run(cases: list[str], tmp_path: pathlib.Path) -> None:
-    for res in launch(cases, tmp_path):
-        check(res)
+FP8 = ["text-ddpc-fp8", "text-fsdp2-fp8"]
+BF16 = ["text-fsdp2-bf16"]
+#: the cases of each test below: the tests of a session that are selected share one launch
+CASES = {
+    "test_distributed_default": DEFAULT,
+    "test_distributed_more": SLOW,
+    "test_fp8_forward_under_ddp_and_fsdp2": FP8,
+    "test_fsdp2_bf16_params": BF16,
+}
+
+
+@pytest.fixture(scope="module")
+def launched(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    """One launch of 2 workers for the cases of every test of :data:`CASES` that this session
+    runs (each launch pays two interpreters' start-up, and a worker computes a model's
+    single-process references once for all its wrappers' cases): rank 0's result by case."""
+    mine = [i for i in request.session.items if getattr(i, "module", None) is request.module]
+    selected = {i.originalname for i in mine}
+    cases = [c for test, cs in CASES.items() if test in selected for c in cs]
+    return {res["case"]: res for res in launch(cases, tmp_path_factory.mktemp("distributed"))}
+
+
+def _run(cases: list[str], launched: dict[str, dict[str, Any]]) -> None:
+    for case in cases:
+        assert case in launched, f"{case} did not run: an earlier case of the launch raised"
+        check(launched[case])
 
 
 @pytest.mark.slow
-def test_distributed_default(tmp_path: pathlib.Path) -> None:
+def test_distributed_default(launched: dict[str, dict[str, Any]]) -> None:
     """DDP both orders (graph split by DDPOptimizer) and FSDP2 with checkpointing, text model;
     FSDP2 on the image model in timm's layout (every layer, patch embedding and head too)."""
-    _run(DEFAULT, tmp_path)
+    _run(DEFAULT, launched)
 
 
 @pytest.mark.slow
@@ -525,24 +569,24 @@ def test_eager_frame_named_without_fsdp(loop: bool, caplog: pytest.LogCaptureFix
 
 
 @pytest.mark.slow
-def test_distributed_more(tmp_path: pathlib.Path) -> None:
+def test_distributed_more(launched: dict[str, dict[str, Any]]) -> None:
     """Checkpointing on/off for DDP and FSDP2, the image model under each wrapper, and FSDP2 on
     the image model whose root loops over its blocks (root layers eager, named by a warning)."""
-    _run(SLOW, tmp_path)
+    _run(SLOW, launched)
 
 
 @pytest.mark.slow
-def test_fp8_forward_under_ddp_and_fsdp2(tmp_path: pathlib.Path) -> None:
+def test_fp8_forward_under_ddp_and_fsdp2(launched: dict[str, dict[str, Any]]) -> None:
     """``forward="fp8"`` composes with DDP (DDPOptimizer's pieces) and FSDP2 (per-block
     graphs): each rank's gradients are the single-process ones of its half batch, the plan
     (the FP8 forward on every layer but the LM head) is the single-process plan."""
-    _run(["text-ddpc-fp8", "text-fsdp2-fp8"], tmp_path)
+    _run(FP8, launched)
 
 
 @pytest.mark.slow
-def test_fsdp2_bf16_params(tmp_path: pathlib.Path) -> None:
+def test_fsdp2_bf16_params(launched: dict[str, dict[str, Any]]) -> None:
     """FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on the CPU."""
-    _run(["text-fsdp2-bf16"], tmp_path)
+    _run(BF16, launched)
 
 
 if __name__ == "__main__":
