@@ -11,23 +11,14 @@ and the HLA quantizer then read the product back for the codes.
 inside ``hla_triton._hla_quant_kernel``'s 16-position blocks: 238 µs at 8192², slower than
 inductor's 166, at 164–255 registers a thread; this session's first call of this script.)
 
-Session 31: the forward's SwiGLU kernel (``_swiglu_codes_kernel``, product ``"fp8_abc"``) now
-also takes the max-abs of the product as the backward derives it from the codes, so the
-backward's pass needs no max-abs of its own: one pass (``swiglu_abc(..., amax=word)``), at any
-width.
-
 This script checks the kernel on the GPU (codes and scale against the ATen path's) and times,
 under CUDA graphs, at the 0.67B Llama's (8192 × 8192) and the 8B widths' (8192 × 14336) shapes
 with the text recipe's plain rows and FP8 codes:
 
 - ``inductor``: the product as ATen then ``lowering.hot.compress`` with the producer's max-abs,
-  compiled (what the lean step ran at the Llama's width until session 31), and with the
-  forward's word (one quantizer pass after the product);
-- the kernel's two passes at the default tile, and its one pass with the forward's word at a
-  few tiles (blocks × channels × warps × tiles a program);
-- what the word costs the forward: ``_swiglu_codes_kernel`` with ``"fp8"`` against
-  ``"fp8_abc"``;
-- the floor: the bytes at 4.0 TB/s (codes read twice, the codes written; one pass: once).
+  compiled (what the lean step ran before);
+- the kernel at several tiles (blocks × channels × warps);
+- the floor: the bytes at 4.0 TB/s (codes read twice, the codes written).
 
 Usage (GPU): ``python3 experiments/swiglu_abc.py [--out FILE.md]``.
 """
@@ -43,17 +34,16 @@ import torch.nn.functional as F
 from hotcompile.lowering import hot
 from hotcompile.quant import FP8_E4M3, dequantize
 
-#: (padded tokens, channels, warps, tiles a program walks) of the one-pass sweep (session 30's
-#: sweep of the two passes over 18 tiles: ``results/swiglu_abc_h200.json``)
-TILES = ((64, 128, 8, 2), (32, 128, 8, 4), (64, 64, 8, 4), (128, 64, 8, 2), (128, 128, 16, 1))
+#: (padded tokens, channels, warps, tiles a program walks)
+TILES = ((32, 128, 8, 8), (32, 128, 8, 4), (32, 128, 8, 1), (16, 128, 4, 8), (16, 64, 4, 8),
+         (16, 64, 4, 16), (32, 64, 4, 8), (64, 64, 8, 4), (64, 128, 8, 2), (16, 256, 4, 8),
+         (32, 128, 4, 8), (8, 256, 4, 8), (128, 64, 8, 1), (128, 64, 8, 2), (256, 32, 8, 2),
+         (128, 32, 4, 4), (256, 64, 16, 1), (128, 128, 16, 1))  # fmt: skip
 
 
-def aten(ca, sa, cb, sb, shape, amax=None):
-    """The lean backward's derivation as ATen: the step's before the kernel, or with the
-    forward's max-abs word (``amax``) one quantizer pass after the product."""
+def aten(ca, sa, cb, sb, shape):
+    """The lean backward's derivation as the step wrote it before the kernel."""
     y = (F.silu(dequantize(ca, sa)) * dequantize(cb, sb)).bfloat16().reshape(shape)
-    if amax is not None:
-        return hot.compress(y, 0, (), 8, FP8_E4M3, None, amax=amax)
     return hot.compress(y, 0, (), 8, FP8_E4M3, None, producer_amax=True)
 
 
@@ -70,43 +60,31 @@ def measure(N: int, S: int, D: int, T, st) -> tuple[dict, str]:
     r: dict = {}
     n = N * S * D
     r["floor µs at 4.0 TB/s"] = n * 5 / 4.0e12 * 1e6
-    r["floor µs at 4.0 TB/s, one pass"] = n * 3 / 4.0e12 * 1e6
-    word = st.swiglu_codes(a, b, "fp8_abc")[6]
     compiled = torch.compile(aten)
     rc, rs = compiled(ca, sa, cb, sb, shape)
     c, s = st.swiglu_abc(ca, sa, cb, sb, N, 8, FP8_E4M3, torch.bfloat16)
-    c1, s1 = st.swiglu_abc(ca, sa, cb, sb, N, 8, FP8_E4M3, torch.bfloat16, amax=word)
     r["scale equal"] = bool(torch.equal(s, rs))
     r["codes differing (share)"] = (_u8(c.t()) != _u8(rc)).float().mean().item()
-    r["one pass: codes and scale equal to two"] = bool(torch.equal(_u8(c1), _u8(c)))
-    r["one pass: codes and scale equal to two"] &= bool(torch.equal(s1, s))
     r["inductor (product, then the codes pass)"] = T(lambda: compiled(ca, sa, cb, sb, shape))
-    r["inductor with the word"] = T(lambda: compiled(ca, sa, cb, sb, shape, word))
-    r["kernel, two passes"] = T(lambda: st.swiglu_abc(ca, sa, cb, sb, N, 8, FP8_E4M3,
-                                                      torch.bfloat16))  # fmt: skip
-    r["forward kernel fp8"] = T(lambda: st.swiglu_codes(a, b, "fp8"))
-    r["forward kernel fp8_abc"] = T(lambda: st.swiglu_codes(a, b, "fp8_abc"))
     sweep = {}
     for bt, bd, w, loop in TILES:
         key = f"kernel {bt}x{bd}x{loop}, {w} warps"
         try:
             sweep[key] = T(lambda bt=bt, bd=bd, w=w, lp=loop: st.swiglu_abc(
                 ca, sa, cb, sb, N, 8, FP8_E4M3, torch.bfloat16, block_t=bt, block_d=bd,
-                warps=w, loop=lp, amax=word))  # fmt: skip
+                warps=w, loop=lp))  # fmt: skip
         except Exception as e:  # noqa: BLE001 - a tile Triton cannot build
             sweep[key] = f"failed: {type(e).__name__}: {str(e)[:120]}"
-    r["kernel one pass µs"] = sweep
+    r["kernel µs"] = sweep
     print(json.dumps({f"{N * S}x{D}": r}, indent=1), flush=True)
     times = {k: v for k, v in sweep.items() if isinstance(v, float)}
     best = min(times, key=times.get) if times else "none"
     default = sweep[f"kernel {st.ABC_BLOCK_T}x{st.ABC_BLOCK_D}x{st.ABC_LOOP}, {st.ABC_WARPS} warps"]
     row = (
         f"| {N * S} × {D} | {r['inductor (product, then the codes pass)']:.1f} | "
-        f"{r['kernel, two passes']:.1f} | {r['inductor with the word']:.1f} | {default:.1f} | "
+        f"{default:.1f} | "
         f"{times.get(best, float('nan')):.1f} ({best.removeprefix('kernel ')}) | "
-        f"{r['floor µs at 4.0 TB/s, one pass']:.1f} | "
-        f"{r['forward kernel fp8']:.1f} → {r['forward kernel fp8_abc']:.1f} | "
-        f"{r['scale equal']}, {r['one pass: codes and scale equal to two']} | "
+        f"{r['floor µs at 4.0 TB/s']:.1f} | {r['scale equal']} | "
         f"{r['codes differing (share)']:.2e} |"
     )
     return r, row
@@ -127,11 +105,9 @@ def main() -> None:
         "swiglu_abc.py", "µs under CUDA graphs (`gate._graph_us`); each tile's time in the JSON."
     )
     header = [
-        "| tokens × width | inductor (product + max-abs, codes pass) | kernel, two passes | "
-        "inductor with the forward's word | kernel, one pass, default tile | one pass, best "
-        "tile | floor, one pass | forward kernel: fp8 → fp8_abc | scale equal; one pass = "
-        "two | codes differing from inductor's |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| tokens × width | inductor (product, codes pass) | kernel, default tile | "
+        "kernel, best tile | floor | scale equal | codes differing |",
+        "|---|---|---|---|---|---|---|",
     ]
     title = "The lean backward's ABC codes from the SwiGLU's codes: one kernel against inductor's"
     gpu_script.write(args.out, title, meta, header, rows, results)

@@ -644,22 +644,20 @@ class HotSwiGLUFunction(torch.autograd.Function):
         x8 = None
         if codes and share and fp8_product:
             # down reads neither the product (its FP8 operand comes from here) nor a's and
-            # b's bf16 values (its ABC codes are derived from the codes): one kernel, which
-            # also takes the max-abs of the product derived from the codes (down's ABC scale)
+            # b's bf16 values (its ABC codes are derived from the codes): one kernel
             with _saved_codes():
-                *saved, yq, ys, amax = native.swiglu_forward(a, b, "fp8_abc")
+                *saved, yq, ys = native.swiglu_forward(a, b, "fp8")
             x8 = (yq, ys)
             ctx.save_for_backward(*saved)
-            shared = (*saved, amax) if amax is not None else saved
         elif codes:
             with _saved_codes():
-                saved = shared = (*native.swiglu_codes(a), *native.swiglu_codes(b))
+                saved = (*native.swiglu_codes(a), *native.swiglu_codes(b))
             ctx.save_for_backward(*saved)
         else:
             ctx.save_for_backward(a, b)
         y = F.silu(a) * b  # (where nothing reads it, inductor drops it)
         if codes and share:
-            _share_swiglu_codes(y, shared, x8)
+            _share_swiglu_codes(y, saved, x8)
         return y
 
     @staticmethod
@@ -712,10 +710,9 @@ _TRACED_SWIGLU: dict[int, tuple[weakref.ref, tuple, tuple]] = {}
 
 def _share_swiglu_codes(y: torch.Tensor, saved: tuple, x8: tuple | None = None) -> None:
     """Offer the down projection (the HOT layer that reads ``y = silu(a) * b``) the SwiGLU's
-    saved codes ``(ca, sa, cb, sb)`` of ``a`` and ``b`` (and, fifth, the max-abs word of the
-    product derived from them, where the forward's kernel took it), from which it derives
-    ABC's codes of ``y`` (:func:`_native_compress_swiglu`) instead of from ``y`` itself, and
-    ``x8``, the rowwise FP8 operand of ``y`` for its FP8 forward when made already
+    saved codes ``(ca, sa, cb, sb)`` of ``a`` and ``b``, from which it derives ABC's codes of
+    ``y`` (:func:`_native_compress_swiglu`) instead of from ``y`` itself, and ``x8``, the
+    rowwise FP8 operand of ``y`` for its FP8 forward when made already
     (:func:`_swiglu_fp8_operand`).
 
     Why: under ``abc_swiglu="fp8"`` the backward keeps only the codes of ``a`` and ``b``, so
@@ -743,7 +740,7 @@ def _shared_by_swiglu(x: torch.Tensor) -> tuple[tuple, tuple | None] | None:
 
 
 def _swiglu_codes_of(spec: LayerSpec, x: torch.Tensor, rows) -> tuple | None:
-    """The saved codes ``(ca, sa, cb, sb[, amax])`` a SwiGLU shared for its product ``x``
+    """The saved codes ``(ca, sa, cb, sb)`` a SwiGLU shared for its product ``x``
     (:func:`_share_swiglu_codes`), where this layer's ABC can be derived from them — codes
     quantized per tensor, token sequences (no patches), no HLA signs (they hash x itself) —
     else None."""
@@ -757,12 +754,10 @@ def _native_compress_swiglu(spec: LayerSpec, x, x3, rows, codes: tuple):
     """ABC's codes of a SwiGLU's product ``x`` (as ``x3 [N, S, D]``) from the SwiGLU's saved
     codes (:func:`hotcompile.lowering.hot.compress_swiglu`), traced as one native ABC
     compression that reads those codes only: ``hotcompile.passes.abc_recompute`` tags it for
-    recompute in the backward, which reads the codes anyway (the SwiGLU's backward). On CUDA
-    one kernel makes the product from the codes as it quantizes it and never writes it: in
-    one pass where the forward's kernel took the product's max-abs (the FP8 forward's
-    SwiGLU kernel), else in two, past ``hot.SWIGLU_ABC_ATEN_MAX_WIDTH`` only (inductor's
-    product kernel there took 599 µs a layer at the 8B MLP's width, the kernel 336; narrower
-    products keep inductor's fused ATen)."""
+    recompute in the backward, which reads the codes anyway (the SwiGLU's backward). On CUDA,
+    past ``hot.SWIGLU_ABC_ATEN_MAX_WIDTH``, one kernel makes the product from the codes as it
+    quantizes it and never writes it (inductor's product kernel there took 599 µs a layer at
+    the 8B MLP's width, the kernel 336); narrower products keep inductor's fused ATen."""
     gemm_dtype = _autocast_dtype(x) if x.is_floating_point() else None
     with _abc_group():
         return native.compress_swiglu(

@@ -108,29 +108,23 @@ def test_swiglu_codes_kernel_matches_the_quantizers():
     """The lean plan's SwiGLU forward kernel on the GPU, at the 8B MLP's width (a 16384-wide
     tile, masked) and an odd one: a's and b's rowwise FP8 codes and scales bit for bit the
     quantizer's (``lowering.hot.swiglu_codes``); the product's against ``quantize`` of the
-    product rounded to bf16, where the GPU's sigmoid may round a rare value the other way;
-    with ``"fp8_abc"`` the same, and the max-abs word of the product of the dequantized codes
-    (what the lean backward derives) against torch's."""
+    product rounded to bf16, where the GPU's sigmoid may round a rare value the other way."""
     from hotcompile.kernels import swiglu_triton
     from hotcompile.lowering.hot import swiglu_codes
-    from hotcompile.quant import FP8_E4M3, dequantize, quantize
+    from hotcompile.quant import FP8_E4M3, quantize
 
     g = torch.Generator(device="cuda").manual_seed(0)
     u8 = torch.uint8
     for L, O in ((300, 14336), (257, 1000)):
         a, b = ((torch.randn(L, O, device="cuda", generator=g) * 3).bfloat16() for _ in range(2))
-        for product in ("fp8", "fp8_abc"):
-            ca, sa, cb, sb, y, sy, word = swiglu_triton.swiglu_codes(a, b, product)
-            (ra, rsa), (rb, rsb) = swiglu_codes(a), swiglu_codes(b)
-            assert torch.equal(ca.view(u8), ra.view(u8)) and torch.equal(sa, rsa)
-            assert torch.equal(cb.view(u8), rb.view(u8)) and torch.equal(sb, rsb)
-            prod = (torch.nn.functional.silu(a.float()) * b.float()).bfloat16()
-            ry, rsy = quantize(prod, 8, True, FP8_E4M3)
-            assert (y.view(u8) != ry.view(u8)).float().mean().item() < 1e-3
-            torch.testing.assert_close(sy, rsy, rtol=1e-2, atol=0)
-        derived = torch.nn.functional.silu(dequantize(ca, sa)) * dequantize(cb, sb)
-        top = derived.bfloat16().float().abs().amax().reshape(1)
-        torch.testing.assert_close(word.view(torch.float32), top, rtol=1e-2, atol=0)
+        ca, sa, cb, sb, y, sy = swiglu_triton.swiglu_codes(a, b, "fp8")
+        (ra, rsa), (rb, rsb) = swiglu_codes(a), swiglu_codes(b)
+        assert torch.equal(ca.view(u8), ra.view(u8)) and torch.equal(sa, rsa)
+        assert torch.equal(cb.view(u8), rb.view(u8)) and torch.equal(sb, rsb)
+        prod = (torch.nn.functional.silu(a.float()) * b.float()).bfloat16()
+        ry, rsy = quantize(prod, 8, True, FP8_E4M3)
+        assert (y.view(u8) != ry.view(u8)).float().mean().item() < 1e-3
+        torch.testing.assert_close(sy, rsy, rtol=1e-2, atol=0)
 
 
 def test_abc_codes_from_the_swiglu_codes_match_the_quantizer_of_the_product():
@@ -139,8 +133,7 @@ def test_abc_codes_from_the_swiglu_codes_match_the_quantizer_of_the_product():
     8B MLP's, in the text recipe's plain rows with FP8 codes, and with INT8 codes over
     samples padded to 16 rows: against ``hla_quantize`` of the product of the dequantized
     codes rounded to bf16 — the same scale, and codes equal but where the GPU's sigmoid
-    rounds a rare product the other way. Its one pass with the max-abs word the forward's
-    kernel took from the same codes gives its two passes' codes and scale bit for bit."""
+    rounds a rare product the other way."""
     from hotcompile.kernels import hla_triton, swiglu_triton
     from hotcompile.lowering.hot import swiglu_codes
     from hotcompile.quant import FP8_E4M3, dequantize
@@ -159,12 +152,6 @@ def test_abc_codes_from_the_swiglu_codes_match_the_quantizer_of_the_product():
         assert c.shape == rc.shape and c.dtype == rc.dtype
         torch.testing.assert_close(sc, rsc, rtol=1e-6, atol=0)
         assert (c.view(u8) != rc.view(u8)).float().mean().item() < 1e-3
-        word = swiglu_triton.swiglu_codes(a, b, "fp8_abc")[6]
-        kept = word.clone()
-        c1, sc1 = swiglu_triton.swiglu_abc(ca, sa, cb, sb, N, 8, rounding, torch.bfloat16,
-                                           amax=word)  # fmt: skip
-        assert torch.equal(c1.view(u8), c.view(u8)) and torch.equal(sc1, sc)
-        assert torch.equal(word, kept)  # (read only: the step's saved word)
 
 
 def test_lean_step_runs_the_swiglu_codes_kernel(monkeypatch):
@@ -191,19 +178,16 @@ def test_lean_step_runs_the_swiglu_codes_kernel(monkeypatch):
         code, grads = _swiglu_step(options, ResidualSwiGLU)
         return code[:2], grads
 
-    # the two-pass kernel stays with inductor below 8192 wide: the one-pass kernel, with
-    # the forward kernel's max-abs word, must be what runs at this small width
-    monkeypatch.setattr(native, "SWIGLU_ABC_ATEN_MAX_WIDTH", 1 << 30)
+    # the backward's kernel at this small width too (the step takes it past 8192 wide)
+    monkeypatch.setattr(native, "SWIGLU_ABC_ATEN_MAX_WIDTH", 0)
     (forward, backward), grads = step()
     launches = re.findall(r"^\s+(\w+)\.run\(", forward, re.M)
     assert sum(n.startswith("_swiglu_codes_kernel") for n in launches) == 1, launches
     assert not any("silu" in n for n in re.findall(r"def (triton_\w+)\(", forward))
     # the backward re-derives down's ABC codes from a's and b's codes in one kernel of its
-    # own (swiglu_abc), in one pass (the forward took the max-abs): no inductor kernel makes
-    # the product there either
+    # own (swiglu_abc): no inductor kernel makes the product there either
     assert not any("silu" in n for n in re.findall(r"def (triton_\w+)\(", backward))
-    abc = re.findall(r"^\s+(_swiglu_abc_kernel\w*)\.run\(", backward, re.M)
-    assert len(abc) == 1, abc
+    assert re.search(r"^\s+_swiglu_abc_kernel\w*\.run\(", backward, re.M), "no ABC kernel"
     monkeypatch.setattr(rewrite, "_fp8_forward_reader", lambda node: False)
     _, own = step()
     _, exact = step({"exact": True})

@@ -164,11 +164,8 @@ def launch_swiglu_hq(
 
 #: widest row :func:`_swiglu_codes_kernel` holds in registers (a Llama-3-8B MLP is 14336 wide)
 MAX_CODES_ROW = 16384
-#: what the kernel makes of the product ``silu(a)·b`` besides the codes of ``a`` and ``b``;
-#: ``"fp8_abc"``: ``"fp8"``, and the max-abs of ``silu(a')·b'`` from the codes themselves
-PRODUCTS = {None: 0, "fp8": 1, "values": 2, "fp8_abc": 3}
-#: the dtype the product is rounded to (``_codes_product``'s PRODUCT_ROUND)
-PRODUCT_ROUND = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
+#: what the kernel makes of the product ``silu(a)·b`` besides the codes of ``a`` and ``b``
+PRODUCTS = {None: 0, "fp8": 1, "values": 2}
 
 
 @triton.jit
@@ -179,43 +176,22 @@ def _fp8_rows(x, codes_ptr, scale_ptr, rows, rows64, cols, L, O):
     tl.store(scale_ptr + rows, scale, mask=rows < L)
     c = codes(x, scale[:, None], cols[None, :], 0, FP8, 448, 8)  # (offs, seed: unused)
     mask = (rows < L)[:, None] & (cols < O)[None, :]
-    c = c.to(codes_ptr.dtype.element_ty)
-    tl.store(codes_ptr + rows64[:, None] * O + cols[None, :], c, mask=mask)
-    return c, scale
-
-
-@triton.jit
-def _codes_product(ca, sa, cb, sb, PRODUCT_ROUND: tl.constexpr):
-    """``silu(a')·b'`` (float32) of rowwise e4m3 codes ``ca``, ``cb`` ``[rows, D]`` and their
-    float32 row scales ``sa``, ``sb`` ``[rows]`` (``a' = ca·sa``), rounded once to the GEMM's
-    dtype (``PRODUCT_ROUND``, :data:`PRODUCT_ROUND`): the value the lean backward quantizes,
-    made the same way in the forward (its max-abs) and in the backward (its codes)."""
-    a = ca.to(tl.float32) * sa[:, None]
-    b = cb.to(tl.float32) * sb[:, None]
-    y = a * tl.sigmoid(a) * b
-    if PRODUCT_ROUND == 1:
-        y = _round_bf16(y)
-    elif PRODUCT_ROUND == 2:
-        y = y.to(tl.float16).to(tl.float32)
-    return y
+    tl.store(codes_ptr + rows64[:, None] * O + cols[None, :], c.to(codes_ptr.dtype.element_ty),
+             mask=mask)  # fmt: skip
 
 
 @triton.jit
 def _swiglu_codes_kernel(
-    a_ptr, b_ptr, ca_ptr, cb_ptr, sa_ptr, sb_ptr, y_ptr, sy_ptr, amax_ptr, L, O, stride_a,
-    stride_b,
+    a_ptr, b_ptr, ca_ptr, cb_ptr, sa_ptr, sb_ptr, y_ptr, sy_ptr, L, O, stride_a, stride_b,
     PRODUCT: tl.constexpr, ROUND_BF16: tl.constexpr, BLOCK_L: tl.constexpr,
     BLOCK_O: tl.constexpr,
 ):  # fmt: skip
     """The forward of ``silu(a) * b`` under ``abc_swiglu="fp8"``: rowwise FP8 codes of ``a``
     and ``b`` (what the backward reads), and by ``PRODUCT`` (:data:`PRODUCTS`): 1, the
     product's rowwise FP8 codes (the down projection's FP8 forward operand) of the product
-    as ``F.linear`` reads it; 3, those and, into the int32 word ``amax_ptr`` (atomic max of
-    the float's bits), the max-abs of the product the lean backward re-derives from the codes
-    (:func:`_codes_product` in ``a``'s dtype), so that its ABC pass needs no max-abs pass of
-    its own; 2, the product itself; 0, nothing. The product is float32 arithmetic rounded
-    once to ``a``'s dtype (``ROUND_BF16``: bfloat16, by the float's bits, so that Triton's
-    interpreter, which truncates, agrees). ``BLOCK_L`` rows per program."""
+    as ``F.linear`` reads it; 2, the product itself; 0, nothing. The product is float32
+    arithmetic rounded once to ``a``'s dtype (``ROUND_BF16``: bfloat16, by the float's bits,
+    so that Triton's interpreter, which truncates, agrees). ``BLOCK_L`` rows per program."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
     rows64 = rows.to(tl.int64)
@@ -225,18 +201,15 @@ def _swiglu_codes_kernel(
     b = tl.load(b_ptr + rows64[:, None] * stride_b + cols[None, :], mask=mask, other=0.0)
     a = a.to(tl.float32)
     b = b.to(tl.float32)
-    ca, sa = _fp8_rows(a, ca_ptr, sa_ptr, rows, rows64, cols, L, O)
-    cb, sb = _fp8_rows(b, cb_ptr, sb_ptr, rows, rows64, cols, L, O)
-    if PRODUCT == 3:  # (rows past L: zero codes and scales, a zero product)
-        yc = _codes_product(ca, sa, cb, sb, 1 if ROUND_BF16 else 2)
-        tl.atomic_max(amax_ptr, tl.max(_amax_bits(yc), axis=0))
+    _fp8_rows(a, ca_ptr, sa_ptr, rows, rows64, cols, L, O)
+    _fp8_rows(b, cb_ptr, sb_ptr, rows, rows64, cols, L, O)
     if PRODUCT != 0:
         y = a * tl.sigmoid(a) * b
         if ROUND_BF16:
             y = _round_bf16(y)  # (then the store's cast to bfloat16 is exact)
         else:
             y = y.to(a_ptr.dtype.element_ty).to(tl.float32)
-        if PRODUCT != 2:
+        if PRODUCT == 1:
             _fp8_rows(y, y_ptr, sy_ptr, rows, rows64, cols, L, O)
         else:
             tl.store(y_ptr + rows64[:, None] * O + cols[None, :],
@@ -263,18 +236,17 @@ def codes_warps(O: int) -> int:
 
 
 def launch_swiglu_codes(
-    kernel, a, b, ca, sa, cb, sb, y, sy, amax, product: str | None, warps: int | None = None,
+    kernel, a, b, ca, sa, cb, sb, y, sy, product: str | None, warps: int | None = None,
     block_l: int = 1,
 ) -> None:  # fmt: skip
     """Launch ``_swiglu_codes_kernel`` (or its ``wrap_triton``) over ``a``, ``b`` ``[L, O]``
     (:func:`supported_codes`) into the given outputs: e4m3 codes ``[L, O]`` and float32
     scales ``[L]`` of each, and by ``product`` (a key of :data:`PRODUCTS`) ``y`` ``[L, O]``
-    (e4m3 with ``sy`` ``[L]``, or the product's dtype; unused for ``None``) and, for
-    ``"fp8_abc"``, ``amax``: a zeroed int32 word (unused otherwise)."""
+    (e4m3 with ``sy`` ``[L]``, or the product's dtype; unused for ``None``)."""
     L, O = a.shape
     block_o = triton.next_power_of_2(O)
     kernel[(triton.cdiv(L, block_l),)](
-        a, b, ca, cb, sa, sb, y, sy, amax, L, O, a.stride(0), b.stride(0),
+        a, b, ca, cb, sa, sb, y, sy, L, O, a.stride(0), b.stride(0),
         PRODUCT=PRODUCTS[product], ROUND_BF16=a.dtype == torch.bfloat16,
         BLOCK_L=block_l, BLOCK_O=block_o, num_warps=warps or codes_warps(O),
     )  # fmt: skip
@@ -287,9 +259,8 @@ def swiglu_codes(
     warps: int | None = None,
     kernel=_swiglu_codes_kernel,
 ) -> tuple[torch.Tensor, ...]:
-    """``(ca, sa, cb, sb, y, sy, amax)`` of :func:`launch_swiglu_codes` in new tensors
-    (``y``: ``[0, O]`` and ``sy`` ``[0]`` without a product, ``sy`` ``[0]`` for ``"values"``;
-    ``amax``: the int32 word ``[1]`` for ``"fp8_abc"``, else ``[0]``).
+    """``(ca, sa, cb, sb, y, sy)`` of :func:`launch_swiglu_codes` in new tensors (``y``:
+    ``[0, O]`` and ``sy`` ``[0]`` without a product, ``sy`` ``[0]`` for ``"values"``).
     ``kernel``: ``wrap_triton``'s in the compiled step
     (``hotcompile.lowering.triton_ops.swiglu_codes``), the jitted one in tests and
     benchmarks."""
@@ -301,13 +272,11 @@ def swiglu_codes(
     e4m3 = torch.float8_e4m3fn
     ca, cb = (torch.empty((L, O), dtype=e4m3, device=a.device) for _ in range(2))
     sa, sb = (torch.empty((L,), dtype=torch.float32, device=a.device) for _ in range(2))
-    y_dtype = {None: e4m3, "fp8": e4m3, "fp8_abc": e4m3, "values": a.dtype}[product]
+    y_dtype = {None: e4m3, "fp8": e4m3, "values": a.dtype}[product]
     y = torch.empty((L if product else 0, O), dtype=y_dtype, device=a.device)
-    fp8 = product in ("fp8", "fp8_abc")
-    sy = torch.empty((L if fp8 else 0,), dtype=torch.float32, device=a.device)
-    amax = torch.zeros((1 if product == "fp8_abc" else 0,), dtype=torch.int32, device=a.device)
-    launch_swiglu_codes(kernel, a, b, ca, sa, cb, sb, y, sy, amax, product, warps)
-    return ca, sa, cb, sb, y, sy, amax
+    sy = torch.empty((L if product == "fp8" else 0,), dtype=torch.float32, device=a.device)
+    launch_swiglu_codes(kernel, a, b, ca, sa, cb, sb, y, sy, product, warps)
+    return ca, sa, cb, sb, y, sy
 
 
 # ----------------------------------------------------------------------------- the backward's
@@ -321,6 +290,8 @@ ABC_BLOCK_T = 64
 ABC_BLOCK_D = 128
 ABC_WARPS = 8
 ABC_LOOP = 2
+#: the dtype the product is rounded to (``_swiglu_abc_kernel``'s PRODUCT_ROUND)
+PRODUCT_ROUND = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
 
 
 @triton.jit
@@ -333,11 +304,16 @@ def _abc_product(ca_ptr, cb_ptr, sa_ptr, sb_ptr, t, d, dm, T_PAD, S, S_PAD, D,
     tok = (t // S_PAD) * S + s  # (int32: supported_abc keeps every offset below 2^31)
     m = ok[:, None] & dm[None, :]
     offs = tok[:, None] * D + d[None, :]
-    ca = tl.load(ca_ptr + offs, mask=m, other=0.0)
-    cb = tl.load(cb_ptr + offs, mask=m, other=0.0)
-    sa = tl.load(sa_ptr + tok, mask=ok, other=0.0)
-    sb = tl.load(sb_ptr + tok, mask=ok, other=0.0)
-    return _codes_product(ca, sa, cb, sb, PRODUCT_ROUND)
+    a = tl.load(ca_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    a = a * tl.load(sa_ptr + tok, mask=ok, other=0.0)[:, None]
+    b = tl.load(cb_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    b = b * tl.load(sb_ptr + tok, mask=ok, other=0.0)[:, None]
+    y = a * tl.sigmoid(a) * b
+    if PRODUCT_ROUND == 1:
+        y = _round_bf16(y)
+    elif PRODUCT_ROUND == 2:
+        y = y.to(tl.float16).to(tl.float32)
+    return y
 
 
 @triton.jit
@@ -415,17 +391,14 @@ def swiglu_abc(
     ca: torch.Tensor, sa: torch.Tensor, cb: torch.Tensor, sb: torch.Tensor, samples: int,
     bits: int, rounding: str, dtype: torch.dtype, kernel=_swiglu_abc_kernel,
     words: torch.Tensor | None = None, block_t: int = ABC_BLOCK_T, block_d: int = ABC_BLOCK_D,
-    warps: int = ABC_WARPS, loop: int = ABC_LOOP, amax: torch.Tensor | None = None,
+    warps: int = ABC_WARPS, loop: int = ABC_LOOP,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """ABC's codes of a SwiGLU's product from the SwiGLU's saved codes
     (:func:`supported_abc`): ``hla_codes`` of ``(silu(a')·b').to(dtype)`` in plain token
     rows, ``a' = ca·sa``, ``b' = cb·sb`` (rowwise e4m3 codes ``[L, D]`` of gate's and up's
     outputs, float32 scales ``[L]``): codes K-major ``[D, R]`` (e4m3 for ``FP8_E4M3``, else
     int8) and the float32 scale ``[1]``, as ``hla_triton.hla_quantize``
-    writes them for the product itself. Two launches: max-abs, then the codes; one, the
-    codes, with ``amax``: the product's max-abs word, taken already by the forward's kernel
-    (``_swiglu_codes_kernel``'s ``"fp8_abc"``, from the same codes: the same word), which is
-    only read.
+    writes them for the product itself. Two launches: max-abs, then the codes.
 
     Why: the lean plan re-derives down's ABC codes in the backward. Made as ATen, inductor
     writes the bf16 product for the quantizer to read back; here both passes read the 1-byte
@@ -434,7 +407,7 @@ def swiglu_abc(
     8192 × 8192 (the product made twice costs more than one written and read back), so the
     step takes it past 8192 wide only (``lowering.hot.SWIGLU_ABC_ATEN_MAX_WIDTH``).
     ``kernel``: ``wrap_triton``'s under a ``triton_op``; ``words``: a zeroed int32 word there
-    (else a scratch one; unused with ``amax``)."""
+    (else a scratch one)."""
     L, D = ca.shape
     S = L // samples
     s_pad = padded(S, 16)
@@ -442,12 +415,9 @@ def swiglu_abc(
     out = torch.float8_e4m3fn if rounding == FP8_E4M3 else torch.int8
     c = torch.empty((D, R), dtype=out, device=ca.device)
     scale = torch.empty((1,), dtype=torch.float32, device=ca.device)
-    if amax is not None:
-        words, modes = amax, (2,)
-    else:
-        words, modes = (words if words is not None else scratch.zeroed(ca.device, 1)), (1, 2)
+    words = words if words is not None else scratch.zeroed(ca.device, 1)
     grid = (triton.cdiv(R, block_t * loop), triton.cdiv(D, block_d))
-    for mode in modes:
+    for mode in (1, 2):
         kernel[grid](
             ca, cb, sa, sb, c, scale, words, R, S, s_pad, D, R, float(R * D),
             MODE=mode, PRODUCT_ROUND=PRODUCT_ROUND[dtype], **code_constexprs(bits, rounding),

@@ -162,42 +162,36 @@ def swiglu_forward(
     a: torch.Tensor, b: torch.Tensor, product: str | None = None
 ) -> tuple[torch.Tensor, ...]:
     """The forward of ``silu(a) * b`` under ``HotConfig.abc_swiglu="fp8"``: ``(ca, sa, cb,
-    sb, y, sy, amax)``, :func:`swiglu_codes` of ``a`` and of ``b``, then by ``product``:
-    ``"fp8"``, the product's rowwise FP8 operand as :func:`hotcompile.fp8.operands` makes it
-    for the down projection's FP8 forward (e4m3 ``[rows, O]`` of the product in ``a``'s
-    dtype, a float32 scale per row); ``"fp8_abc"``, that and ``amax``: the max-abs word of
-    ``silu(a')·b'`` from the codes, in ``a``'s dtype (what :func:`compress_swiglu` re-derives
-    in the lean backward, which then skips its max-abs pass), where the kernel runs, else
-    None; ``"values"``, the product in ``a``'s shape and dtype and None; ``None``, two Nones.
-    ``amax`` is None but for ``"fp8_abc"``.
+    sb, y, sy)``, :func:`swiglu_codes` of ``a`` and of ``b``, then by ``product``: ``"fp8"``,
+    the product's rowwise FP8 operand as :func:`hotcompile.fp8.operands` makes it for the
+    down projection's FP8 forward (e4m3 ``[rows, O]`` of the product in ``a``'s dtype, a
+    float32 scale per row); ``"values"``, the product in ``a``'s shape and dtype and None;
+    ``None``, two Nones.
 
     On CUDA one kernel reads ``a`` and ``b`` once and writes all of it
     (``hotcompile.kernels.swiglu_triton._swiglu_codes_kernel``; the codes of ``a`` and ``b``
     bit for bit, the product's from float32 arithmetic rounded once to ``a``'s dtype);
-    elsewhere, or for operands it does not take, the same quantizers as ATen (and no
-    ``amax``: the backward takes its own, as before)."""
+    elsewhere, or for operands it does not take, the same quantizers as ATen."""
     O = a.shape[-1]
     a2, b2 = a.reshape(-1, O), b.reshape(-1, O)
     if use_triton(a2):
         from hotcompile.kernels import swiglu_triton  # imports Triton: CUDA only
 
         if swiglu_triton.supported_codes(a2, b2):
-            ca, sa, cb, sb, y, sy, amax = _triton_ops().swiglu_codes(
+            ca, sa, cb, sb, y, sy = _triton_ops().swiglu_codes(
                 _plain(a2), _plain(b2), product or ""
             )
             if product == "values":
-                return ca, sa, cb, sb, y.view(a.shape), None, None
-            amax = amax if product == "fp8_abc" else None
-            return ca, sa, cb, sb, (y if product else None), (sy if product else None), amax
+                return ca, sa, cb, sb, y.view(a.shape), None
+            return ca, sa, cb, sb, (y if product else None), (sy if product else None)
     ca, sa = swiglu_codes(a)
     cb, sb = swiglu_codes(b)
     if product is None:
-        return ca, sa, cb, sb, None, None, None
+        return ca, sa, cb, sb, None, None
     y = torch.nn.functional.silu(a) * b
     if product == "values":
-        return ca, sa, cb, sb, y, None, None
-    # (the same rowwise quantizer as fp8.operands)
-    return ca, sa, cb, sb, *swiglu_codes(y), None
+        return ca, sa, cb, sb, y, None
+    return ca, sa, cb, sb, *swiglu_codes(y)  # (the same rowwise quantizer as fp8.operands)
 
 
 def quantize_weight(
@@ -503,8 +497,7 @@ def compress(
 #: inductor's ATen, measured on an H200 (``experiments/results/swiglu_abc_h200.md``, session
 #: 30): inductor's fused product + max-abs kernel and the codes pass took 165 µs against the
 #: kernel's 200 at 8192 × 8192, but 599 against 336 at 8192 × 14336 (the 8B MLP, where
-#: inductor's kernel is slow). The kernel computes the product in both of its passes. Only
-#: without the forward's max-abs word: with it the kernel makes one pass at any width.
+#: inductor's kernel is slow). The kernel computes the product in both of its passes.
 SWIGLU_ABC_ATEN_MAX_WIDTH = 8192
 
 
@@ -520,34 +513,26 @@ def compress_swiglu(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`compress` of a SwiGLU's product ``x = silu(a) · b`` (``x3_shape``: x as
     ``[N, S, D]`` token sequences) from the SwiGLU's saved rowwise FP8 codes ``(ca, sa, cb,
-    sb)`` of ``a`` and ``b`` (``HotConfig.abc_swiglu``), and, as a fifth item, the max-abs
-    word of that product the forward's kernel took (:func:`swiglu_forward`'s ``"fp8_abc"``)
-    or None: the codes of ``silu(a')·b'`` in ``x_dtype``, as the GEMM reads it
-    (``gemm_dtype``, the autocast dtype).
+    sb)`` of ``a`` and ``b`` (``HotConfig.abc_swiglu``): the codes of ``silu(a')·b'`` in
+    ``x_dtype``, as the GEMM reads it (``gemm_dtype``, the autocast dtype).
 
-    On CUDA, for the g_w path's plain rows (the text recipe), one kernel quantizes the
-    product as it makes it from the codes (``hotcompile.kernels.swiglu_triton.swiglu_abc``):
-    the lean plan's backward, which re-derives these codes, then never writes the product.
-    With the forward's word (made in ``x_dtype``, which the GEMM reads) it is one pass at any
-    width; without, two (max-abs, codes), taken only past
-    :data:`SWIGLU_ABC_ATEN_MAX_WIDTH`. Elsewhere, or where it does not take the case, the
-    same values from ATen (float32 arithmetic, one rounding to ``x_dtype``, then to
-    ``gemm_dtype``), with the forward's word where it is given and the rows are plain."""
-    ca, sa, cb, sb, *word = codes
-    amax = word[0] if word and x_dtype == gemm_dtype else None
+    On CUDA, for the g_w path's plain rows (the text recipe) of products wider than
+    :data:`SWIGLU_ABC_ATEN_MAX_WIDTH`, one kernel quantizes the product as it makes it from
+    the codes (``hotcompile.kernels.swiglu_triton.swiglu_abc``): the lean plan's backward,
+    which re-derives these codes, then never writes the product.
+    Elsewhere, or where it does not take the case, the same values from ATen (float32
+    arithmetic, one rounding to ``x_dtype``, then to ``gemm_dtype``)."""
+    ca, sa, cb, sb = codes
     N = int(x3_shape[0])
     one_rounding = x_dtype in (gemm_dtype, torch.float32)
-    wide = ca.shape[-1] > SWIGLU_ABC_ATEN_MAX_WIDTH
-    if use_triton(ca) and one_rounding and (amax is not None or wide):
+    if use_triton(ca) and one_rounding and ca.shape[-1] > SWIGLU_ABC_ATEN_MAX_WIDTH:
         from hotcompile.kernels.swiglu_triton import supported_abc
 
         if supported_abc(ca, cb, N, rows, bits, rounding, gemm_dtype):
             c, s = _triton_ops().swiglu_abc(
-                _plain(ca), sa, _plain(cb), sb, N, bits, rounding, gemm_dtype, amax
+                _plain(ca), sa, _plain(cb), sb, N, bits, rounding, gemm_dtype
             )
             return c.t(), s
     a, b = dequantize(ca, sa), dequantize(cb, sb)
     y = (torch.nn.functional.silu(a) * b).to(x_dtype).to(gemm_dtype).reshape(x3_shape)
-    if amax is not None and use_triton(y) and plain_rows(0, rows, False):
-        return compress(y, 0, rows, bits, rounding, None, amax=amax)
     return compress(y, 0, rows, bits, rounding, None, producer_amax=producer_amax)

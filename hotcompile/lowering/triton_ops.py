@@ -125,18 +125,16 @@ def swiglu_abc(
     bits: int,
     rounding: str,
     dtype: torch.dtype,
-    amax: Optional[torch.Tensor] = None,  # noqa: UP045 (schema inference)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ABC's codes (K-major ``[D, R]``, plain token rows) and scale ``[1]`` of a SwiGLU's
     product ``(silu(ca·sa) · (cb·sb)).to(dtype)`` from its rowwise FP8 codes ``[L, D]`` and
     row scales ``[L]`` (``HotConfig.abc_swiglu``), as :func:`hla_quantize` of the product over
     ``samples`` sequences, without the product ever written
-    (``hotcompile.kernels.swiglu_triton.swiglu_abc``: two passes over the codes; one with
-    ``amax``, the product's max-abs word the forward's :func:`swiglu_codes` took, only read)."""
-    words = None if amax is not None else torch.zeros((1,), dtype=torch.int32, device=ca.device)
+    (``hotcompile.kernels.swiglu_triton.swiglu_abc``: two passes over the codes)."""
+    words = torch.zeros((1,), dtype=torch.int32, device=ca.device)
     return swiglu_triton.swiglu_abc(
         ca, sa, cb, sb, samples, bits, rounding, dtype, kernel=wrap_triton(_swiglu_abc_kernel),
-        words=words, amax=amax,
+        words=words,
     )  # fmt: skip
 
 
@@ -199,16 +197,11 @@ def swiglu_backward_hq(
 @triton_op(f"{LIB}::swiglu_codes", mutates_args=())
 def swiglu_codes(
     a: torch.Tensor, b: torch.Tensor, product: str
-) -> tuple[
-    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
-]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The forward of ``silu(a) * b`` under ``abc_swiglu="fp8"``, one launch
     (``hotcompile.kernels.swiglu_triton``): the rowwise e4m3 codes ``[L, O]`` and float32
     scales ``[L]`` of ``a`` and of ``b``, then by ``product``: ``"fp8"``, the product's own
-    rowwise codes and scales (the down projection's FP8 forward operand); ``"fp8_abc"``,
-    those and the max-abs word (int32 ``[1]``) of the product re-derived from the codes, which
-    the lean backward's :func:`swiglu_abc` takes; ``"values"``, the product in ``a``'s dtype
-    and an empty scale; ``""``, two empty tensors. The last output is empty but for
-    ``"fp8_abc"``."""
+    rowwise codes and scales (the down projection's FP8 forward operand); ``"values"``, the
+    product in ``a``'s dtype and an empty scale; ``""``, two empty tensors."""
     kernel = wrap_triton(_swiglu_codes_kernel)
     return swiglu_triton.swiglu_codes(a, b, product or None, kernel=kernel)
