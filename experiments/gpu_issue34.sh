@@ -74,12 +74,16 @@
 # lean backward's ABC kernel) + profile PVARIANTS=hot_fp8_lean,hot_fp8 | swabc fp8tests |
 # fp8tests + 8B (run 71: hot_fp8 1.040x, lean 1.028x at 0.990x peak) + swabc. The kernel pays
 # past 8192 wide only (336 vs 599 us at 14336; 200 vs 165 at 8192).
-# Next: (1) lean without the backward's re-derivation: save the forward's rowwise FP8 codes of
-# the product and fold their per-token scale into g_y for down's g_w (accuracy run first:
-# ACC="bf16 hot_fp8_lean"); (2) ViT-L/16 with CUDA graphs alone
-# (LANE0="vit_l16:inductor_cg,hot_fp8_cg", DEADLINE >= 300: hot_fp8_cg's compile did not fit
-# 165 s); (3) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
-# FSDP=hot_fp8 (not re-run since session 26).
+# Session 31 (one GPU only, 4 calls, tools/results/fp8_forward_h200_s31.md): floor + Llama
+# torchao,hot_fp8_swiglu_views,hot_fp8_swiglu_late (run 72: 0.98/0.97x peak at 1.01/1.00x) |
+# fp8tests + vit_l16:inductor_cg,hot_fp8_cg (run 73: 1.00x) | Llama inductor,torchao,hot_fp8,hot
+# (run 74: hot_fp8 1.012x torchao, default 1.10x) | newtests swabc + Llama torchao,lean at
+# d9248fb (the one-pass lean backward: forward kernel 355 vs 175 us, reverted; run 75).
+# Next: (1) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
+# FSDP=hot_fp8 (not re-run since session 26); (2) the Llama's speed target: a profile of
+# hot_fp8 beside torchao (PVARIANTS=hot_fp8,torchao_float8) to see where the 1-3% margin goes
+# bench to bench; (3) the lean backward's max-abs from per-row maxima the forward stores
+# without an atomic (experiments/results/swiglu_abc_onepass/README.md).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
