@@ -46,6 +46,7 @@ def blockless(name: str) -> tuple[torch.nn.Module, int]:
 
 
 def measure(name: str, steps: int = 3) -> dict:
+    """:func:`floors` of benchmark model ``name`` from its blockless step's measured peak."""
     spec = MODELS[name]
     model, full_params = blockless(name)
     model = WithLoss(model).cuda()
