@@ -147,7 +147,8 @@ elif [ "$part" = swabc ]; then
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/swiglu_abc.py \
     --out $OUT/swiglu_abc.md > $OUT/swabc.log 2>&1; echo "swabc rc=$?"; tail -6 $OUT/swabc.log
 elif [ "$part" = floor ]; then
-  # the benchmark Llamas' peak without their blocks + 16 B a block parameter (session 31)
+  # the benchmark Llamas' peak floor: the optimizer step's 16 B a parameter, and the loss
+  # without block activations (the blockless peak + 12 B a block parameter) (session 31)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/peak_floor.py \
     --out $OUT/peak_floor.md > $OUT/floor.log 2>&1; echo "floor rc=$?"; tail -5 $OUT/floor.log
 elif [ "$part" = swcodes ]; then
