@@ -346,6 +346,37 @@ def test_gpu_busy_is_the_union_of_kernel_spans() -> None:
     assert bench._merged_us([(0.0, 10.0), (5.0, 12.0), (20.0, 25.0), (21.0, 22.0)]) == 17.0
 
 
+def test_profile_classes_kernels_by_name() -> None:
+    """The profile's class table adds up a variant's kernels by what they do, so that two
+    variants' steps can be compared class by class (names from H200 profiles)."""
+    names = {
+        "nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_ovscale_TNT": "GEMM, 8-bit operands",
+        "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_TNT": "GEMM, 16-bit",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26": "attention",
+        "void at::native::multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata<4>>": (
+            "optimizer"
+        ),
+        "Optimizer.step#AdamW.step": "annotation",
+        "_hla_quant_kernel": "HOT's Triton/CUDA kernels",
+        "_weight_operands_kernel": "HOT's Triton/CUDA kernels",
+        "_swiglu_hq_kernel": "HOT's Triton/CUDA kernels",
+        "triton_red_fused_abs_max_mul_silu_silu_backward_view_6": "inductor's Triton kernels",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor>": (
+            "other (ATen, copies)"
+        ),
+    }
+    for name, cls in names.items():
+        assert bench.kernel_class(name) == cls, name
+
+
+def test_idle_time_is_charged_to_the_kernel_the_gpu_waited_for() -> None:
+    """A gap in the GPU's timeline counts before the kernel that ends it; overlapping kernels
+    (two streams) make no gap."""
+    kernels = [("a", 0.0, 10.0), ("b", 15.0, 20.0), ("c", 18.0, 30.0), ("b", 40.0, 41.0)]
+    assert bench._waits(kernels) == {"b": 15.0}
+    assert bench._waits([]) == {}
+
+
 def test_nested_hot_ops_count_once_in_the_profile() -> None:
     """A reference op calling another ``hotcompile`` op (``hla_grad_weight_dense`` →
     ``hla_grad_weight`` on CPU) is counted as the outer op only: the host/device sums of the

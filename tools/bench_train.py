@@ -538,6 +538,59 @@ def _saved_bytes(loss: torch.Tensor, module: nn.Module) -> tuple[int, int, list[
 #: FP8/INT8 GEMMs behind torch._scaled_mm / torch._int_mm): for the "HOT kernels" share only
 HOT_KERNEL_MARKERS = ("hq_", "hla", "_scaled_gemm", "cutlass", "amax_to_scale", "e4m3", "i8i8")
 
+#: the profile's kernel classes, in the order :func:`kernel_class` tests them (the first that
+#: matches); "annotation" is the profiler's span of a region (``Optimizer.step#...``), which
+#: overlaps the kernels inside it and is left out of the classes' sum
+KERNEL_CLASSES = (
+    "annotation",
+    "optimizer",
+    "attention",
+    "GEMM, 8-bit operands",
+    "GEMM, 16-bit",
+    "HOT's Triton/CUDA kernels",
+    "inductor's Triton kernels",
+    "other (ATen, copies)",
+)
+
+
+def kernel_class(name: str) -> str:
+    """Which of :data:`KERNEL_CLASSES` a kernel belongs to, by its name: what a comparison of
+    two variants' profiles adds up (cuBLAS's Hopper GEMMs are ``nvjet_sm90_<types>_...``, the
+    types starting ``q`` for FP8 operands; ``_int_mm``'s are CUTLASS / ``i8`` kernels)."""
+    low = name.lower()
+    if "#" in name or low.startswith(("optimizer.", "profilerstep")):
+        return "annotation"
+    if "multi_tensor_apply" in low or "adam" in low:
+        return "optimizer"
+    if "sdpa" in low or "flash" in low or "fmha" in low or "attention" in low:
+        return "attention"
+    if low.startswith("nvjet"):
+        types = low.split("_")[2] if low.count("_") >= 2 else ""
+        return "GEMM, 8-bit operands" if types.startswith(("q", "i")) else "GEMM, 16-bit"
+    if "i8i8" in low or "_int_mm" in low or ("gemm" in low and ("s8" in low or "e4m3" in low)):
+        return "GEMM, 8-bit operands"
+    if "gemm" in low or "xmma" in low:
+        return "GEMM, 16-bit"
+    if any(m in low for m in HOT_KERNEL_MARKERS + ("weight_operands", "swiglu_")):
+        return "HOT's Triton/CUDA kernels"
+    if low.startswith("triton_"):
+        return "inductor's Triton kernels"
+    return "other (ATen, copies)"
+
+
+def _waits(kernels: list[tuple[str, float, float]]) -> dict[str, float]:
+    """Microseconds the GPU sat idle before each kernel (by name), kernels as (name, start,
+    end): the gap between a kernel's start and the latest end before it. Where a step waits
+    on the host, these say which launches it waited for (the first kernel of a graph, a
+    Python-launched Triton kernel, a GEMM after a host-side check)."""
+    waits: dict[str, float] = {}
+    end = math.inf
+    for name, a, b in sorted(kernels, key=lambda k: k[1]):
+        if a > end:
+            waits[name] = waits.get(name, 0.0) + (a - end)
+        end = b if end == math.inf else max(end, b)
+    return waits
+
 
 def _merged_us(spans: list[tuple[float, float]]) -> float:
     """Microseconds covered by the union of (start, end) spans (streams may overlap)."""
@@ -600,6 +653,19 @@ def profile_steps_of(
     for e in kernels:
         by_kernel.setdefault(e.name, []).append(e.time_range.elapsed_us())
     kernel_us = sum(sum(v) for v in by_kernel.values())
+    classes = {c: 0.0 for c in KERNEL_CLASSES}
+    for k, v in by_kernel.items():
+        classes[kernel_class(k)] += sum(v)
+    waits = _waits(
+        [
+            (e.name, e.time_range.start, e.time_range.end)
+            for e in kernels
+            if kernel_class(e.name) != "annotation"
+        ]
+    )
+    wait_classes = {c: 0.0 for c in KERNEL_CLASSES}
+    for k, w in waits.items():
+        wait_classes[kernel_class(k)] += w
     top_kernels = sorted(by_kernel.items(), key=lambda kv: -sum(kv[1]))[:20]
     hot_us = sum(
         sum(v) for k, v in by_kernel.items() if any(m in k.lower() for m in HOT_KERNEL_MARKERS)
@@ -620,6 +686,17 @@ def profile_steps_of(
         "kernel_ms": kernel_us / n / 1e3,
         "hot_kernel_ms": hot_us / n / 1e3,
         "kernels_per_step": len(kernels) / n,
+        "kernel_classes_ms": {c: us / n / 1e3 for c, us in classes.items()},
+        "idle_ms": sum(waits.values()) / n / 1e3,
+        "idle_before_ms": {c: us / n / 1e3 for c, us in wait_classes.items()},
+        "idle_before_kernels": [
+            {"name": k[:160], "ms": w / n / 1e3}
+            for k, w in sorted(waits.items(), key=lambda kv: -kv[1])[:12]
+        ],
+        "all_kernels": [
+            {"name": k[:160], "calls": len(v) / n, "ms": sum(v) / n / 1e3}
+            for k, v in sorted(by_kernel.items(), key=lambda kv: -sum(kv[1]))
+        ],
         "top_kernels": [
             {"name": k[:160], "calls": len(v) / n, "ms": sum(v) / n / 1e3} for k, v in top_kernels
         ],
@@ -662,6 +739,19 @@ def profile_text(title: str, p: dict[str, Any]) -> str:
         "top kernels (device ms per step, calls per step):",
     ]
     lines += [f"  {k['ms']:8.2f} {k['calls']:6.0f}  {k['name']}" for k in p["top_kernels"]]
+    if "kernel_classes_ms" in p:
+        lines += [
+            "",
+            f"kernel classes (device ms per step; GPU idle {p['idle_ms']:.2f} ms a step, "
+            "split by the class of the kernel it waited for):",
+        ]
+        lines += [
+            f"  {ms:8.2f} {p['idle_before_ms'][c]:8.2f}  {c}"
+            for c, ms in p["kernel_classes_ms"].items()
+            if c != "annotation"
+        ]
+        lines += ["", "kernels the GPU waited for most (idle ms per step before them):"]
+        lines += [f"  {k['ms']:8.2f}  {k['name']}" for k in p["idle_before_kernels"]]
     if p["hot_ops"]:
         lines += ["", "hotcompile ops (calls, host ms incl. children, device ms of their kernels):"]
         lines += [
