@@ -350,6 +350,25 @@ def _recomputed() -> contextlib.AbstractContextManager[None]:
     return _traced_meta("recompute", CheckpointPolicy.MUST_RECOMPUTE)
 
 
+def _saved() -> contextlib.AbstractContextManager[None]:
+    """Tag the graph nodes traced inside as ``MUST_SAVE`` for the min-cut partitioner, unless
+    a policy is already in force (activation checkpointing's region: its choice stands).
+
+    The forward's weight codes (``weight_codes="forward"``) read only the parameter. Where
+    the forward's GEMM also reads a bf16 copy of it (the bf16 forward) the partitioner keeps
+    them in the forward and saves them, as asked. Under ``forward="fp8"`` nothing else in the
+    forward reads that copy, and the partitioner moved the cast and HQ's passes into the
+    backward, from the parameter it holds anyway (H200, session 32: the 0.67B Llama's backward
+    made 48 weights' codes, four launches each, on a host that already lagged the GPU). The
+    tag keeps them where the option puts them."""
+    from torch.fx import traceback as fx_traceback
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if fx_traceback.has_preserved_node_meta() and "recompute" in fx_traceback.current_meta:
+        return contextlib.nullcontext()
+    return _traced_meta("recompute", CheckpointPolicy.MUST_SAVE)
+
+
 def _traced_custom(key: str, value: Any) -> contextlib.AbstractContextManager[None]:
     """:func:`_traced_meta` of ``meta["custom"][key] = value``, the field user annotations
     use, kept alongside them."""
@@ -553,8 +572,11 @@ class HotLinearFunction(torch.autograd.Function):
                 weight, spec.gx_bits, spec.gx_rounding, spec.weight_scale, fp8.out_dtype(x)
             )
             saved, w_fp8 = [hq, hq_scale], (w8, w8_scale[None, :])
+        elif ctx.w_early:
+            with _saved():
+                saved = _native_weight_codes(spec, weight, ctx.w_cast)
         else:
-            saved = _native_weight_codes(spec, weight, ctx.w_cast) if ctx.w_early else []
+            saved = []
         if spec.forward == "bf16":
             y = F.linear(x, weight, bias)
         else:  # "fp8_rowwise" / "fp8_tensorwise"

@@ -839,6 +839,13 @@ def weight_codes_grads(recipe: str, compiler: str, codes: str, autocast: bool) -
     x = torch.randn(2, 40, 32, requires_grad=True)
     opts = {"recipe": recipe, "prefer": "paper", "lowering": "native",
             "weight_codes": codes, "compiler": compiler}  # fmt: skip
+    if compiler == "inductor":
+        # the two placements partition the step differently, and inductor's CPU code elides
+        # a bf16 round trip (the SwiGLU product's, into down's ABC codes) in one fusion and
+        # not the other: down.weight's gradient differed by a few codes (session 32, once the
+        # forward's codes were tagged MUST_SAVE). Rounding as the graph says compares what
+        # this test is about, the weight codes' placement.
+        opts["inductor_config"] = {"emulate_precision_casts": True}
     with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
         out = torch.compile(net, backend="hot", options=opts)(x)
     out.float().square().sum().backward()
