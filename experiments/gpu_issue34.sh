@@ -126,9 +126,13 @@ if [ "$part" = newtests ]; then
   timeout $(upto ${TDEADLINE:-170}) python3 -m pytest tests/test_weight_operands_gpu.py -q -p no:cacheprovider \
     > $OUT/weights.log 2>&1 &
   wait; for f in fp8 lowering weights; do echo "== $f:"; grep -E "passed|failed|rror" $OUT/$f.log | tail -6; done
-elif [ "$part" = fp8tests ]; then  # the FP8 forward's GPU tests alone (~45 s)
+elif [ "$part" = fp8tests ]; then  # the FP8 forward's GPU tests alone (~45 s); with LOWK,
+  # test_lowering_gpu.py -k "$LOWK" beside them (session 32: the weight codes' placement)
+  [ -n "$LOWK" ] && timeout $(upto ${TDEADLINE:-170}) python3 -m pytest tests/test_lowering_gpu.py \
+    -q -p no:cacheprovider -k "$LOWK" > $OUT/lowering.log 2>&1 &
   timeout $(upto ${TDEADLINE:-170}) python3 -m pytest tests/test_fp8_gpu.py -q -p no:cacheprovider > $OUT/fp8.log 2>&1
   echo "fp8tests rc=$?"; grep -E "passed|failed|rror" $OUT/fp8.log | tail -6
+  wait; [ -n "$LOWK" ] && { echo "lowering:"; grep -E "passed|failed|rror" $OUT/lowering.log | tail -6; }
 elif [ "$part" = scaledmm ]; then
   # one FP8 GEMM per Llama shape with vector, tensorwise and moved-out scales (session 27)
   # (SARGS=--errors: the relative error of fast accumulation instead, ~30 s)
