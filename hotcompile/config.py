@@ -220,7 +220,11 @@ class HotConfig:
             error against the exact backward (H100,
             ``experiments/results/late_codes_grads_h100.txt`` at b4bb969). ``"auto"``
             (default): ``"backward"`` under ``prefer="memory"``, ``"forward"`` otherwise. The
-            speed gate times the forward's placement.
+            speed gate times the forward's placement. The forward's codes are tagged
+            ``MUST_SAVE`` for the min-cut partitioner, which under ``forward="fp8"`` had moved
+            them into the backward; on the benchmark Llama (H200, session 32) the codes of
+            q/k/v/o/gate/up still ended up in the backward, for a reason not yet found
+            (``experiments/results/step_code_llama_h200_s32.md``).
         abc_swiglu: what a gated MLP's fused product (``swiglu_hq``: ``silu(gate(x)) * up(x)``
             with gate and up on HOT's native path) saves of its two inputs for its backward.
             ``"off"``: gate's and up's outputs as they are (bf16 under autocast: the Llama's
