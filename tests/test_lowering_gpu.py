@@ -270,9 +270,11 @@ def test_native_forward_saves_the_weights_codes_not_the_weight(forward: str) -> 
     the bf16 copy the forward's GEMM reads, and the forward saves its one-byte codes: no
     weight (fp32 or its bf16 copy) is saved for the backward, where autograd's bf16 backward
     saves the two-byte copy. Under ``forward="fp8"`` too, where no other forward op reads
-    that copy: the partitioner moved the cast and the codes into the backward, from the
-    parameter, until the forward tagged them ``MUST_SAVE`` (session 32: the 0.67B Llama's
-    backward quantized 48 weights). Each weight's codes are saved."""
+    that copy, since the forward tags them ``MUST_SAVE`` (session 32: the 0.67B Llama's
+    backward quantized 48 weights, moved there by the partitioner; on the CPU the same MLP's
+    codes were recomputed before the tag; this GPU case first ran with it, and passed). Each
+    weight's codes are saved. (The Llama's codes still go to the backward under inductor:
+    experiments/results/step_code_llama_h200_s32.md.)"""
     from test_lowering import saved_by_forward
 
     opts = {"lowering": "native", "prefer": "paper", "forward": forward}
