@@ -79,11 +79,21 @@
 # fp8tests + vit_l16:inductor_cg,hot_fp8_cg (run 73: 1.00x) | Llama inductor,torchao,hot_fp8,hot
 # (run 74: hot_fp8 1.012x torchao, default 1.10x) | newtests swabc + Llama torchao,lean at
 # d9248fb (the one-pass lean backward: forward kernel 355 vs 175 us, reverted; run 75).
+# Session 32 (one GPU only, 4 calls, tools/results/fp8_forward_h200_s32.md): profile (the new
+# kernel-class and GPU-wait tables: hot_fp8 does 1.5 ms less GPU work than torchao but waits
+# 1.4 ms longer on the host, run 76) + Llama hot_fp8_cg,torchao_float8_cg (run 77: 1.022x) |
+# leancode CVARIANTS=hot_fp8,torchao_float8 (553 vs 370 Triton launches in the backward; 104
+# one-word copies; the weight codes made in the backward) | fp8tests LOWK=... + Llama torchao,
+# hot_fp8,hot_fp8_late_codes (run 78: 1.030x / 1.037x) | the same, other order (run 79: 1.030x /
+# 1.033x).
 # Next: (1) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
-# FSDP=hot_fp8 (not re-run since session 26); (2) the Llama's speed target: a profile of
-# hot_fp8 beside torchao (PVARIANTS=hot_fp8,torchao_float8) to see where the 1-3% margin goes
-# bench to bench; (3) the lean backward's max-abs from per-row maxima the forward stores
-# without an atomic (experiments/results/swiglu_abc_onepass/README.md).
+# FSDP=hot_fp8 (not re-run since session 26); (2) why the Llama's weight codes still go to the
+# backward under inductor with the MUST_SAVE tag (test_lowering_gpu's fp8 case passes under
+# aot_eager: try it with compiler="inductor"), then bench hot_fp8 with them saved against
+# hot_fp8_late_codes on both Llamas (the 8B widths lose down's fused weight operands when late);
+# (3) the backward's 104 one-word copies (step_code_llama_h200_s32.md: a partial max per
+# program in an empty buffer, or one zeroed buffer for all words); (4) the lean backward's
+# max-abs from per-row maxima stored without an atomic.
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
