@@ -88,8 +88,9 @@
 # 1.033x).
 # Next: (1) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
 # FSDP=hot_fp8 (not re-run since session 26); (2) why the Llama's weight codes still go to the
-# backward under inductor with the MUST_SAVE tag (test_lowering_gpu's fp8 case passes under
-# aot_eager: try it with compiler="inductor"), then bench hot_fp8 with them saved against
+# backward under inductor with the MUST_SAVE tag: run `python3 experiments/weight_codes_placement.py
+# --prefer paper speed --untagged` after `source experiments/gpu_env.sh` (written in session 32,
+# not yet run on a GPU; on the CPU the tag holds under both compilers), then bench hot_fp8 with them saved against
 # hot_fp8_late_codes on both Llamas (the 8B widths lose down's fused weight operands when late);
 # (3) the backward's 104 one-word copies (step_code_llama_h200_s32.md: a partial max per
 # program in an empty buffer, or one zeroed buffer for all words); (4) the lean backward's
