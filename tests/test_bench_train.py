@@ -369,6 +369,31 @@ def test_profile_classes_kernels_by_name() -> None:
         assert bench.kernel_class(name) == cls, name
 
 
+def test_class_table_puts_profiled_variants_side_by_side() -> None:
+    """The markdown's class table: one row per class a variant ran, one column per variant,
+    device ms with the idle before in brackets; no table where no kernels were seen (CPU)."""
+    classes = dict.fromkeys(bench.KERNEL_CLASSES, 0.0)
+
+    def prof(gemm: float, idle: float) -> dict:
+        return {
+            "kernel_classes_ms": {**classes, "GEMM, 8-bit operands": gemm},
+            "idle_before_ms": {**classes, "GEMM, 8-bit operands": idle},
+            "gpu_busy_ms": gemm,
+            "idle_ms": idle,
+            "wall_ms": gemm + idle,
+        }
+
+    m = {"name": "llama"}
+    rows = bench._class_tables(
+        [(m, "hot_fp8", {"profile": prof(19.4, 0.4)}), (m, "torchao", {"profile": prof(18.8, 0.3)})]
+    )
+    text = "\n".join(rows)
+    assert "| class | hot_fp8 | torchao |" in text
+    assert "| GEMM, 8-bit operands | 19.40 (0.40) | 18.80 (0.30) |" in text
+    assert "optimizer" not in text  # a class no variant ran has no row
+    assert bench._class_tables([(m, "hot", {"profile": {"kernel_classes_ms": classes}})]) == []
+
+
 def test_idle_time_is_charged_to_the_kernel_the_gpu_waited_for() -> None:
     """A gap in the GPU's timeline counts before the kernel that ends it; overlapping kernels
     (two streams) make no gap."""

@@ -1394,11 +1394,47 @@ def markdown(res: dict[str, Any]) -> str:
                 f"| {_fmt(p['gpu_busy_fraction'], '.0%')} | {p['kernels_per_step']:.0f} "
                 f"| {host:.1f} | {dev:.1f} | {top_s} |"
             )
+        lines += _class_tables(profiled)
     run = {k for m in res["models"] for k in m["variants"]}
     lines += ["", "Variants:", ""]
     lines += [f"- {k}: {VARIANT_NOTES[k]}" for k in VARIANT_NOTES if k in run]
     lines += ["", f"Method: {res['method']}", ""]
     return "\n".join(lines)
+
+
+def _class_tables(profiled: list[tuple[dict, str, dict]]) -> list[str]:
+    """Per model, the profiled variants side by side by kernel class (:data:`KERNEL_CLASSES`):
+    device ms a step and, in brackets, the GPU's idle ms before that class's kernels. Where two
+    variants' steps differ, this says whether the GPU work differs (and in which class) or the
+    host does (idle). Only CUDA profiles have kernels: none, no table."""
+    by_model: dict[str, list[tuple[str, dict]]] = {}
+    for m, k, v in profiled:
+        p = v["profile"]
+        if p.get("kernel_classes_ms") and any(p["kernel_classes_ms"].values()):
+            by_model.setdefault(m["name"], []).append((k, p))
+    lines: list[str] = []
+    for name, variants in by_model.items():
+        lines += [
+            "",
+            f"{name}, kernels by class: device ms a step (GPU idle ms before them):",
+            "",
+            "| class | " + " | ".join(k for k, _ in variants) + " |",
+            "|---|" + "---|" * len(variants),
+        ]
+        for c in KERNEL_CLASSES:
+            if c == "annotation" or not any(p["kernel_classes_ms"][c] for _, p in variants):
+                continue
+            cells = [
+                f"{p['kernel_classes_ms'][c]:.2f} ({p['idle_before_ms'][c]:.2f})"
+                for _, p in variants
+            ]
+            lines.append(f"| {c} | " + " | ".join(cells) + " |")
+        cells = [
+            f"**{p['gpu_busy_ms']:.1f} / {p['idle_ms']:.2f} / {p['wall_ms']:.1f}**"
+            for _, p in variants
+        ]
+        lines.append("| GPU busy / idle / wall | " + " | ".join(cells) + " |")
+    return lines
 
 
 # ----------------------------------------------------------------------------- main
