@@ -352,15 +352,17 @@ def _recomputed() -> contextlib.AbstractContextManager[None]:
 
 def _saved() -> contextlib.AbstractContextManager[None]:
     """Tag the graph nodes traced inside as ``MUST_SAVE`` for the min-cut partitioner, unless
-    a policy is already in force (activation checkpointing's region: its choice stands).
+    a policy is already in force (activation checkpointing sets ``PREFER_RECOMPUTE`` while it
+    traces a region: its choice stands).
 
-    The forward's weight codes (``weight_codes="forward"``) read only the parameter. Where
-    the forward's GEMM also reads a bf16 copy of it (the bf16 forward) the partitioner keeps
-    them in the forward and saves them, as asked. Under ``forward="fp8"`` nothing else in the
-    forward reads that copy, and the partitioner moved the cast and HQ's passes into the
-    backward, from the parameter it holds anyway (H200, session 32: the 0.67B Llama's backward
-    made 48 weights' codes, four launches each, on a host that already lagged the GPU). The
-    tag keeps them where the option puts them."""
+    The forward's weight codes (``weight_codes="forward"``) read only the parameter, so the
+    partitioner may recompute them in the backward from the parameter it holds anyway. It
+    did so for every layer on the CPU (ATen quantizers) and, under ``forward="fp8"``, for the
+    0.67B Llama's q/k/v/o/gate/up on the H200 (session 32: 48 weights, four launches each, in
+    a backward whose host already lagged the GPU). With the tag the CPU suite's models and the
+    GPU test's MLP (aot_eager) save them, as the option says. The Llama's, compiled by
+    inductor, still went to the backward; why is open
+    (``experiments/results/step_code_llama_h200_s32.md``)."""
     from torch.fx import traceback as fx_traceback
     from torch.utils.checkpoint import CheckpointPolicy
 
