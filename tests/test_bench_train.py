@@ -361,6 +361,9 @@ def test_profile_classes_kernels_by_name() -> None:
         "_weight_operands_kernel": "HOT's Triton/CUDA kernels",
         "_swiglu_hq_kernel": "HOT's Triton/CUDA kernels",
         "triton_red_fused_abs_max_mul_silu_silu_backward_view_6": "inductor's Triton kernels",
+        "triton_poi_fused__scaled_dot_product_flash_attention_backward_3": (
+            "inductor's Triton kernels"
+        ),
         "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor>": (
             "other (ATen, copies)"
         ),

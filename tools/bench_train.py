@@ -568,6 +568,8 @@ def kernel_class(name: str) -> str:
         return "annotation"
     if "multi_tensor_apply" in low or "adam" in low:
         return "optimizer"
+    if low.startswith("triton_"):  # inductor's, whatever ops it fused (SDPA's pre/post too)
+        return "inductor's Triton kernels"
     if "sdpa" in low or "flash" in low or "fmha" in low or "attention" in low:
         return "attention"
     if low.startswith("nvjet"):
@@ -579,8 +581,6 @@ def kernel_class(name: str) -> str:
         return "GEMM, 16-bit"
     if any(m in low for m in HOT_KERNEL_MARKERS + ("weight_operands", "swiglu_")):
         return "HOT's Triton/CUDA kernels"
-    if low.startswith("triton_"):
-        return "inductor's Triton kernels"
     return "other (ATen, copies)"
 
 
