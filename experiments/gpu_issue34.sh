@@ -81,7 +81,7 @@
 # d9248fb (the one-pass lean backward: forward kernel 355 vs 175 us, reverted; run 75).
 # Session 32 (one GPU only, 4 calls, tools/results/fp8_forward_h200_s32.md): profile (the new
 # kernel-class and GPU-wait tables: hot_fp8 does 1.5 ms less GPU work than torchao but waits
-# 1.4 ms longer on the host, run 76) + Llama hot_fp8_cg,torchao_float8_cg (run 77: 1.022x) |
+# 1.2-1.4 ms longer on the host, run 76) + Llama hot_fp8_cg,torchao_float8_cg (run 77: 1.022x) |
 # leancode CVARIANTS=hot_fp8,torchao_float8 (553 vs 370 Triton launches in the backward; 104
 # one-word copies; the weight codes made in the backward) | fp8tests LOWK=... + Llama torchao,
 # hot_fp8,hot_fp8_late_codes (run 78: 1.030x / 1.037x) | the same, other order (run 79: 1.030x /

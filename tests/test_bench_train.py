@@ -357,6 +357,11 @@ def test_profile_classes_kernels_by_name() -> None:
             "optimizer"
         ),
         "Optimizer.step#AdamW.step": "annotation",
+        "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, "
+        "at::native::func_wrapper_t<float, at::native::sum_functor<float, float, "
+        "float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>>>": (
+            "other (ATen, copies)"
+        ),
         "_hla_quant_kernel": "HOT's Triton/CUDA kernels",
         "_weight_operands_kernel": "HOT's Triton/CUDA kernels",
         "_swiglu_hq_kernel": "HOT's Triton/CUDA kernels",

@@ -564,7 +564,9 @@ def kernel_class(name: str) -> str:
     two variants' profiles adds up (cuBLAS's Hopper GEMMs are ``nvjet_sm90_<types>_...``, the
     types starting ``q`` for FP8 operands; ``_int_mm``'s are CUTLASS / ``i8`` kernels)."""
     low = name.lower()
-    if "#" in name or low.startswith(("optimizer.", "profilerstep")):
+    # a user annotation's name ("Optimizer.step#AdamW.step", "ProfilerStep#3"); a kernel's may
+    # hold a "#" too, in a demangled lambda ("{lambda(float, float)#1}"), never at this place
+    if low.startswith(("optimizer.", "profilerstep")) or ("#" in name and "(" not in name):
         return "annotation"
     if "multi_tensor_apply" in low or "adam" in low:
         return "optimizer"
@@ -660,13 +662,14 @@ def profile_steps_of(
         by_kernel.setdefault(e.name, []).append(e.time_range.elapsed_us())
     kernel_us = sum(sum(v) for v in by_kernel.values())
     classes = {c: 0.0 for c in KERNEL_CLASSES}
+    annotations = {e.name for e in kernels if getattr(e, "is_user_annotation", False)}
     for k, v in by_kernel.items():
-        classes[kernel_class(k)] += sum(v)
+        classes["annotation" if k in annotations else kernel_class(k)] += sum(v)
     waits = _waits(
         [
             (e.name, e.time_range.start, e.time_range.end)
             for e in kernels
-            if kernel_class(e.name) != "annotation"
+            if e.name not in annotations and kernel_class(e.name) != "annotation"
         ]
     )
     wait_classes = {c: 0.0 for c in KERNEL_CLASSES}
