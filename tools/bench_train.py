@@ -192,9 +192,10 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_exact_accum": {"fp8_fast_accum": "off"},
     "hot_fast_gx": {"fp8_fast_accum": "all"},
     "hot_fp8_memory": {"forward": "fp8", "prefer": "memory"},
-    # session 32: under forward="fp8" the partitioner had moved the weight codes of
-    # weight_codes="forward" into the backward (from the parameter); they are now kept in
-    # the forward and saved. This is the step as it was: the codes made in the backward
+    # session 32: under forward="fp8" the partitioner moved the Llama's q/k/v/o/gate/up weight
+    # codes into the backward (from the parameter), also with the forward's MUST_SAVE tag;
+    # down's (fused with its FP8 copy) and the head's stayed in the forward. This makes all
+    # of them late: runs 78-79, 1.033-1.037x torchao at 0.11 GiB less than hot_fp8
     "hot_fp8_late_codes": {"forward": "fp8", "weight_codes": "backward"},
     # run 39: hot_fp8 saved 0.42 GiB more than torchao (down's ABC codes), and its peak was
     # 1.04x torchao's; the SwiGLU's inputs as FP8 codes alone (prefer="memory"'s third option,
@@ -351,7 +352,8 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_fp8_memory": 'as hot_fp8, with prefer="memory" (every eligible layer HOT, the memory '
     "options of hot_memory)",
     "hot_fp8_late_codes": 'as hot_fp8, with weight_codes="backward" (HQ\'s weight codes made '
-    "in the backward from the parameter: where the partitioner put them until session 32)",
+    "in the backward from the parameter, every layer's: down's and the head's too, which "
+    "hot_fp8 makes in the forward)",
     "hot_fp8_swiglu": 'as hot_fp8, with abc_swiglu="fp8" (a gated MLP saves its gate and up '
     "outputs as FP8 codes with a scale per token, read back by the SwiGLU's backward)",
     "hot_fp8_tensorwise_swiglu": 'as hot_fp8_swiglu, with forward_scaling="tensorwise"',
