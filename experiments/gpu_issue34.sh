@@ -86,6 +86,9 @@
 # one-word copies; the weight codes made in the backward) | fp8tests LOWK=... + Llama torchao,
 # hot_fp8,hot_fp8_late_codes (run 78: 1.030x / 1.037x) | the same, other order (run 79: 1.030x /
 # 1.033x).
+# (Session 32's reading of torch 2.11's partitioner: a MUST_SAVE tag bans recomputing only
+# what the forward's outputs need, and inductor's parameters are free to save, so codes only
+# the backward reads are made there unless fused with a forward operand, as down's are.)
 # Next: (1) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
 # FSDP=hot_fp8 (not re-run since session 26); (2) why the Llama's weight codes still go to the
 # backward under inductor with the MUST_SAVE tag: run `python3 experiments/weight_codes_placement.py

@@ -361,8 +361,10 @@ def _saved() -> contextlib.AbstractContextManager[None]:
     0.67B Llama's q/k/v/o/gate/up on the H200 (session 32: 48 weights, four launches each, in
     a backward whose host already lagged the GPU). With the tag the CPU suite's models and the
     GPU test's MLP (aot_eager) save them, as the option says. The Llama's, compiled by
-    inductor, still went to the backward; why is open
-    (``experiments/results/step_code_llama_h200_s32.md``)."""
+    inductor, still went to the backward. Torch 2.11's min-cut bans recomputation only of
+    nodes the forward's outputs need, and the codes are the backward's alone. Under inductor a
+    parameter is free to save, so the cut lands at it
+    (``experiments/results/step_code_llama_h200_s32.md``; read in the source, not yet tested)."""
     from torch.fx import traceback as fx_traceback
     from torch.utils.checkpoint import CheckpointPolicy
 

@@ -223,8 +223,9 @@ class HotConfig:
             speed gate times the forward's placement. The forward's codes are tagged
             ``MUST_SAVE`` for the min-cut partitioner, which under ``forward="fp8"`` had moved
             them into the backward; on the benchmark Llama (H200, session 32) the codes of
-            q/k/v/o/gate/up still ended up in the backward, for a reason not yet found
-            (``experiments/results/step_code_llama_h200_s32.md``).
+            q/k/v/o/gate/up still ended up in the backward: torch 2.11's min-cut bans
+            recomputing only what the forward's outputs need, and under inductor a parameter
+            is free to save (``experiments/results/step_code_llama_h200_s32.md``).
         abc_swiglu: what a gated MLP's fused product (``swiglu_hq``: ``silu(gate(x)) * up(x)``
             with gate and up on HOT's native path) saves of its two inputs for its backward.
             ``"off"``: gate's and up's outputs as they are (bf16 under autocast: the Llama's
