@@ -663,20 +663,22 @@ def profile_steps_of(
     for e in kernels:
         by_kernel.setdefault(e.name, []).append(e.time_range.elapsed_us())
     kernel_us = sum(sum(v) for v in by_kernel.values())
-    classes = {c: 0.0 for c in KERNEL_CLASSES}
+    # each name's class once (the profiler's own flag first for annotations)
     annotations = {e.name for e in kernels if getattr(e, "is_user_annotation", False)}
+    class_of = {k: "annotation" if k in annotations else kernel_class(k) for k in by_kernel}
+    classes = dict.fromkeys(KERNEL_CLASSES, 0.0)
     for k, v in by_kernel.items():
-        classes["annotation" if k in annotations else kernel_class(k)] += sum(v)
+        classes[class_of[k]] += sum(v)
     waits = _waits(
         [
             (e.name, e.time_range.start, e.time_range.end)
             for e in kernels
-            if e.name not in annotations and kernel_class(e.name) != "annotation"
+            if class_of[e.name] != "annotation"
         ]
     )
-    wait_classes = {c: 0.0 for c in KERNEL_CLASSES}
+    wait_classes = dict.fromkeys(KERNEL_CLASSES, 0.0)
     for k, w in waits.items():
-        wait_classes[kernel_class(k)] += w
+        wait_classes[class_of[k]] += w
     top_kernels = sorted(by_kernel.items(), key=lambda kv: -sum(kv[1]))[:20]
     hot_us = sum(
         sum(v) for k, v in by_kernel.items() if any(m in k.lower() for m in HOT_KERNEL_MARKERS)
