@@ -5,8 +5,9 @@ The 0.67B Llama's generated backward on the H200 quantized the weights of q/k/v/
 although ``weight_codes="forward"`` asks for them to be made in the forward and saved, and a
 ``MUST_SAVE`` tag on them did not change that (``results/step_code_llama_h200_s32.md``), while
 the CPU suite's MLP, SwiGLU and a tiny HF Llama save them under aot_eager and inductor alike.
-This prints, for a SwiGLU MLP on this machine's device, the 8-bit tensors the forward saves
-under each compiler and ``prefer``: whether the GPU's inductor path is where the tag is lost.
+This prints, for the tests' SwiGLU MLP on this machine's device (``tests/test_lowering.py``'s
+``saved_by_forward``), the 8-bit tensors the forward saves under each compiler and ``prefer``,
+with and without the tag: whether the GPU's inductor path is where the tag is lost.
 
     python3 experiments/weight_codes_placement.py [--dims 512 1024 --tokens 2048]
 """
@@ -14,77 +15,21 @@ under each compiler and ``prefer``: whether the GPU's inductor path is where the
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import sys
+from pathlib import Path
 
 import torch
-from torch import nn
 
-import hotcompile
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, d: int, h: int) -> None:
-        super().__init__()
-        self.gate = nn.Linear(d, h, bias=False)
-        self.up = nn.Linear(d, h, bias=False)
-        self.down = nn.Linear(h, d, bias=False)
-        self.head = nn.Linear(d, d, bias=False)  # the graph's last layer keeps a bf16 forward
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.down(nn.functional.silu(self.gate(x)) * self.up(x)))
-
-
-def saved_8bit(
-    compiler: str, prefer: str, d: int, h: int, tokens: int, device: str, lowering: str
-) -> list:
-    """The 8-bit tensors the backward graph takes from the forward (shape, dtype)."""
-    import torch._inductor.compile_fx as cf
-    from functorch.compile import min_cut_rematerialization_partition
-
-    saved: list = []
-
-    def partition(joint, *args, **kwargs):
-        fw, bw = min_cut_rematerialization_partition(joint, *args, **kwargs)
-        for n in bw.graph.nodes:
-            if n.op == "placeholder" and not n.name.startswith("tangents"):
-                v = n.meta["val"]
-                if v.dtype in (torch.int8, torch.float8_e4m3fn):
-                    saved.append((tuple(v.shape), str(v.dtype).removeprefix("torch.")))
-        return fw, bw
-
-    before = cf.min_cut_rematerialization_partition
-    cf.min_cut_rematerialization_partition = partition  # inductor's path
-    try:
-        torch._dynamo.reset()
-        hotcompile.clear_plans()
-        torch.manual_seed(0)
-        net = SwiGLU(d, h).to(device)
-        x = torch.randn(2, tokens // 2, d, device=device, requires_grad=True)
-        opts = {"forward": "fp8", "prefer": prefer, "weight_codes": "forward",
-                "compiler": compiler, "recipe": "text", "lowering": lowering}  # fmt: skip
-        if compiler == "aot_eager":
-            from hotcompile.backend import aot_decomp_partition
-            from hotcompile.passes import rewrite
-
-            backend = hotcompile.HotBackend(**opts)
-
-            def compile_(gm, inputs):
-                rewrite(gm, backend.config, inputs)
-                modes = backend.config.abc_recompute_modes
-                return aot_decomp_partition(gm, inputs, partition_fn=partition, abc_recompute=modes)
-
-            step = torch.compile(net, backend=compile_)
-        else:
-            step = torch.compile(net, backend="hot", options=opts)
-        with torch.autocast(device, torch.bfloat16):
-            y = step(x)
-        y.float().square().sum().backward()
-    finally:
-        cf.min_cut_rematerialization_partition = before
-    return saved
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from test_lowering import SwiGLU, saved_by_forward
+
+    from hotcompile import autograd
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dims", type=int, nargs=2, default=(512, 1024), metavar=("D", "H"))
     ap.add_argument("--tokens", type=int, default=2048)
@@ -96,24 +41,34 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     d, h = args.dims
+    # down is the graph's last layer: it keeps a bf16 forward (the head rule); gate's and up's
+    # codes are the FP8 forward's question
+    model = functools.partial(SwiGLU, d, h)
     weights = {"gate": (h, d), "up": (h, d), "down": (d, h)}
     print(f"device {device}, torch {torch.__version__}; SwiGLU d={d} h={h}, {args.tokens} tokens")
-    import contextlib
-
-    from hotcompile import autograd
-
     tagged = autograd._saved
-    for tag in (True, False) if args.untagged else (True,):
-        autograd._saved = tagged if tag else contextlib.nullcontext
-        for prefer in args.prefer:
-            for compiler in ("aot_eager", "inductor"):
-                got = saved_8bit(compiler, prefer, d, h, args.tokens, device, args.lowering)
-                shapes = {s for s, _ in got}
-                found = [n for n, (o, i) in weights.items() if {(o, i), (i, o)} & shapes]
-                print(f"{'tagged  ' if tag else 'untagged'} prefer={prefer:6} {compiler:9}: "
-                      f"weight codes saved for {found or 'none'}; all 8-bit saved: "
-                      f"{sorted(got)}", flush=True)  # fmt: skip
-    autograd._saved = tagged
+    try:
+        for tag in (True, False) if args.untagged else (True,):
+            autograd._saved = tagged if tag else contextlib.nullcontext
+            for prefer in args.prefer:
+                for compiler in ("aot_eager", "inductor"):
+                    opts = {"forward": "fp8", "prefer": prefer, "weight_codes": "forward",
+                            "recipe": "text", "lowering": args.lowering}  # fmt: skip
+                    saved = saved_by_forward(
+                        opts, True, device, model, compiler, (2, args.tokens // 2, d)
+                    )
+                    got = sorted(
+                        (s, str(t).removeprefix("torch."))
+                        for s, t in saved
+                        if t in (torch.int8, torch.float8_e4m3fn)
+                    )
+                    shapes = {s for s, _ in got}
+                    found = [n for n, (o, i) in weights.items() if {(o, i), (i, o)} & shapes]
+                    print(f"{'tagged  ' if tag else 'untagged'} prefer={prefer:6} {compiler:9}: "
+                          f"weight codes saved for {found or 'none'}; all 8-bit saved: {got}",
+                          flush=True)  # fmt: skip
+    finally:
+        autograd._saved = tagged
     return 0
 
 

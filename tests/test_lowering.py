@@ -15,6 +15,8 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -169,12 +171,21 @@ def test_native_backward_holds_no_opaque_op() -> None:
 
 
 def saved_by_forward(
-    options: dict, autocast: bool, device: str = "cpu", model: type[nn.Module] | None = None
+    options: dict,
+    autocast: bool,
+    device: str = "cpu",
+    model: Callable[[], nn.Module] | None = None,
+    compiler: str = "aot_eager",
+    x_shape: tuple[int, ...] = (2, 40, 32),
 ) -> list[tuple[tuple, torch.dtype]]:
     """(shape, dtype) of what the forward saves for the backward (the backward graph's
-    inputs other than tangents) of the MLP compiled with inductor's decompositions + min-cut.
+    inputs other than tangents) of the MLP (or ``model()``) compiled with inductor's
+    decompositions + min-cut: through HOT's ``aot_eager`` partition, or with
+    ``compiler="inductor"`` through inductor's own (whose parameters are static inputs, free
+    to save; ``experiments/weight_codes_placement.py`` compares the two).
     (tests/test_lowering_gpu.py asserts on it for CUDA, where HOT's quantizers are Triton
     kernels the partitioner must not recompute; on the CPU they are ATen, which it may.)"""
+    import torch._inductor.compile_fx as compile_fx
     from functorch.compile import min_cut_rematerialization_partition
 
     from hotcompile.backend import aot_decomp_partition
@@ -188,21 +199,29 @@ def saved_by_forward(
                 saved.append((tuple(n.meta["val"].shape), n.meta["val"].dtype))
         return fw, bw
 
-    backend = hotcompile.HotBackend(compiler="aot_eager", **options)
+    if compiler == "inductor":
+        backend: Any = hotcompile.HotBackend(compiler="inductor", **options)
+    else:
+        config = hotcompile.HotBackend(compiler="aot_eager", **options).config
 
-    def compiler(gm, inputs):
-        from hotcompile.passes import rewrite
+        def backend(gm, inputs):
+            from hotcompile.passes import rewrite
 
-        rewrite(gm, backend.config, inputs)
-        modes = backend.config.abc_recompute_modes
-        return aot_decomp_partition(gm, inputs, partition_fn=partition, abc_recompute=modes)
+            rewrite(gm, config, inputs)
+            modes = config.abc_recompute_modes
+            return aot_decomp_partition(gm, inputs, partition_fn=partition, abc_recompute=modes)
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    x = torch.randn(2, 40, 32, device=device, requires_grad=True)  # 80 tokens: no shape clash
-    with torch.autocast(device, torch.bfloat16, enabled=autocast):
-        net = (model or MLP)().to(device)
-        torch.compile(net, backend=compiler)(x).float().sum().backward()
+    x = torch.randn(*x_shape, device=device, requires_grad=True)  # 80 tokens: no shape clash
+    inductors = compile_fx.min_cut_rematerialization_partition
+    compile_fx.min_cut_rematerialization_partition = partition  # inductor's partition
+    try:
+        with torch.autocast(device, torch.bfloat16, enabled=autocast):
+            net = (model or MLP)().to(device)
+            torch.compile(net, backend=backend)(x).float().sum().backward()
+    finally:
+        compile_fx.min_cut_rematerialization_partition = inductors
     return saved
 
 
