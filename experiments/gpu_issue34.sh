@@ -164,6 +164,14 @@ elif [ "$part" = swabc ]; then
   # the lean plan's backward kernel for down's ABC codes from the SwiGLU's codes (session 30)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/swiglu_abc.py \
     --out $OUT/swiglu_abc.md > $OUT/swabc.log 2>&1; echo "swabc rc=$?"; tail -6 $OUT/swabc.log
+elif [ "$part" = static ]; then
+  # inductor's static launcher for HOT's user-defined Triton kernels, off and on (session 33)
+  timeout $(upto ${WDEADLINE:-150}) python3 experiments/static_launch.py > $OUT/static.log 2>&1
+  echo "static rc=$?"; tail -5 $OUT/static.log
+elif [ "$part" = placement ]; then
+  # where the forward's weight codes go under each compiler, tagged and untagged (session 32)
+  timeout $(upto ${WDEADLINE:-150}) python3 experiments/weight_codes_placement.py --prefer paper speed \
+    --untagged > $OUT/placement.log 2>&1; echo "placement rc=$?"; tail -20 $OUT/placement.log
 elif [ "$part" = floor ]; then
   # the benchmark Llamas' peak floor: the optimizer step's 16 B a parameter, and the loss
   # without block activations (the blockless peak + 12 B a block parameter) (session 31)
