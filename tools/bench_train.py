@@ -198,17 +198,14 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # of them late: runs 78-79, 1.033-1.037x torchao at 0.11 GiB less than hot_fp8
     "hot_fp8_late_codes": {"forward": "fp8", "weight_codes": "backward"},
     # session 33: inductor launches user-defined Triton kernels (all of HOT's) through
-    # Triton's own Python launcher (~28 us of host time each on the H200, inductor's own
-    # kernels ~12 through its static launcher) unless this is on (torch's default: off)
-    "hot_fp8_static": {
+    # Triton's own Python launcher unless static_launch_user_defined_triton_kernels is on (off
+    # in torch); the backend turns it on since session 33 (run 80: the Llama's hot_fp8 60.9 ms
+    # both ways). These run without it, as before
+    "hot_fp8_triton_launch": {
         "forward": "fp8",
-        "inductor_config": {"static_launch_user_defined_triton_kernels": True},
+        "inductor_config": {"static_launch_user_defined_triton_kernels": False},
     },
-    "hot_fp8_late_static": {
-        "forward": "fp8",
-        "weight_codes": "backward",
-        "inductor_config": {"static_launch_user_defined_triton_kernels": True},
-    },
+    "hot_triton_launch": {"inductor_config": {"static_launch_user_defined_triton_kernels": False}},
     # run 39: hot_fp8 saved 0.42 GiB more than torchao (down's ABC codes), and its peak was
     # 1.04x torchao's; the SwiGLU's inputs as FP8 codes alone (prefer="memory"'s third option,
     # without its weight codes in the backward or ABC recompute) halve the Llama's largest
@@ -363,10 +360,11 @@ VARIANT_NOTES: dict[str, str] = {
     "float32: hot before session 28)",
     "hot_fp8_memory": 'as hot_fp8, with prefer="memory" (every eligible layer HOT, the memory '
     "options of hot_memory)",
-    "hot_fp8_static": "as hot_fp8, with inductor's static launcher for HOT's Triton kernels "
-    '(inductor_config={"static_launch_user_defined_triton_kernels": True})',
-    "hot_fp8_late_static": "as hot_fp8_late_codes, with inductor's static launcher for HOT's "
-    "Triton kernels",
+    "hot_fp8_triton_launch": "as hot_fp8, with HOT's Triton kernels launched by Triton's own "
+    'launcher (inductor_config={"static_launch_user_defined_triton_kernels": False}): hot_fp8 '
+    "before session 33",
+    "hot_triton_launch": "as hot, with HOT's Triton kernels launched by Triton's own launcher: "
+    "hot before session 33",
     "hot_fp8_late_codes": 'as hot_fp8, with weight_codes="backward" (HQ\'s weight codes made '
     "in the backward from the parameter, every layer's: down's and the head's too, which "
     "hot_fp8 makes in the forward)",
