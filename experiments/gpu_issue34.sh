@@ -25,6 +25,7 @@
 #          (WARGS="--sweep --deadline 90": the kernel's tiles instead).
 # vitl:    ViT-L/16: inductor / hot_fp8 (the gate's fp8_forward path, new after run 41) /
 #          torchao tensorwise.
+# static:  experiments/static_launch.py (~50 s); placement: experiments/weight_codes_placement.py.
 # profile: the Llama's hot_fp8 and torchao tensorwise with --profile 3: which kernels differ
 #          (PVARIANTS=... for others, e.g. hot_fp8,hot_fp8_lean: where lean's 2 ms go).
 # acc:     the ~127M HF Llama on bytes, ACC (default "bf16 hot_fp8") x 3 seeds, one process
@@ -89,15 +90,23 @@
 # (Session 32's reading of torch 2.11's partitioner: a MUST_SAVE tag bans recomputing only
 # what the forward's outputs need, and inductor's parameters are free to save, so codes only
 # the backward reads are made there unless fused with a forward operand, as down's are.)
+# Session 33 (one GPU only, 4 calls, tools/results/fp8_forward_h200_s33.md): static (the
+# static launcher for HOT's kernels) + Llama torchao,hot_fp8_static,hot_fp8_late_static,hot_fp8
+# (run 80: 60.9 ms with and without) + placement | static fp8tests LOWK=... + ViT-L inductor,
+# hot_fp8_triton_launch,hot_fp8 (run 81: no gain; reverted) | 8B torchao,hot_fp8_late_codes,
+# hot_fp8 (run 82: late 1.057x at 0.986x peak vs 1.053x at 1.016x) | Llama inductor,torchao,
+# hot_fp8_late_codes,hot (run 83: 1.020x torchao, default 1.09x inductor). Calls 3-4 with
+# TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=0. Then weight_codes "auto" became
+# "backward" under forward="fp8".
 # Next: (1) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
-# FSDP=hot_fp8 (not re-run since session 26); (2) why the Llama's weight codes still go to the
-# backward under inductor with the MUST_SAVE tag: run `python3 experiments/weight_codes_placement.py
-# --prefer paper speed --untagged` after `source experiments/gpu_env.sh` (written in session 32,
-# not yet run on a GPU; on the CPU the tag holds under both compilers), then bench hot_fp8 with them saved against
-# hot_fp8_late_codes on both Llamas (the 8B widths lose down's fused weight operands when late);
-# (3) the backward's 104 one-word copies (step_code_llama_h200_s32.md: a partial max per
-# program in an empty buffer, or one zeroed buffer for all words); (4) the lean backward's
-# max-abs from per-row maxima stored without an atomic.
+# FSDP=hot_fp8 (not re-run since session 26; hot_fp8 now with late weight codes); (2) ViT-L
+# with the late codes (vit_l16:inductor,hot_fp8,hot_fp8_forward_codes; run 81 had hot_fp8 at
+# 0.92-0.94x inductor); (3) the backward's 104 one-word copies (step_code_llama_h200_s32.md):
+# inductor merges the quantizers' torch.zeros words into one buffer and clones it before each
+# mutating kernel; any per-op zero fill is a launch too, so the fix is kernels without a zeroed
+# word (per-program partial maxima in an empty buffer, reduced by a bounded second pass) or
+# one graph-level buffer; (4) the lean backward's max-abs from per-row maxima stored without
+# an atomic.
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).

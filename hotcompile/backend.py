@@ -164,16 +164,6 @@ def aot_decomp_partition(
     )(gm, list(example_inputs))
 
 
-#: inductor's switch (torch 2.11-2.14; off by default there) to launch user-defined Triton
-#: kernels — ``triton_op``/``wrap_triton``, all of HOT's quantizers — through its static CUDA
-#: launcher as it launches its own, not through Triton's Python launcher. On the H200
-#: (session 33, ``experiments/results/static_launch_h200.md``) it cut the host time to issue a
-#: SwiGLU stack's HOT step from 6.88 to 5.42 ms. The backend turns it on in graphs it
-#: rewrote; ``inductor_config={STATIC_LAUNCH: False}`` turns it off. A kernel the launcher
-#: cannot take (Triton launch hooks, e.g. a profiler's) falls back to Triton's launcher.
-STATIC_LAUNCH = "static_launch_user_defined_triton_kernels"
-
-
 def _inductor(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -187,11 +177,7 @@ def _inductor(
     Otherwise inductor's own settings too, comprehensive padding included: the post-grad pass
     pins the buffers HOT's kernels and ops touch (``hotcompile.passes.layout`` says why; until
     it existed the backend turned padding off, which cost GPT-2's unaligned logits ~1 ms a
-    step on the H100).
-
-    And inductor's static launcher for user-defined Triton kernels (:data:`STATIC_LAUNCH`): all
-    of HOT's quantizers are such kernels, which inductor otherwise launches through Triton's
-    Python launcher."""
+    step on the H100)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
@@ -200,8 +186,6 @@ def _inductor(
         from torch._inductor import list_mode_options
 
         patches.update(list_mode_options(config.mode))
-    if rewritten and hasattr(inductor_config, STATIC_LAUNCH):
-        patches[STATIC_LAUNCH] = True
     patches.update(config.inductor_config)
     if not rewritten:
         return compile_fx(gm, example_inputs, config_patches=patches)

@@ -219,8 +219,13 @@ class HotConfig:
             sums are atomic float adds whose order changes launch to launch), with the same
             error against the exact backward (H100,
             ``experiments/results/late_codes_grads_h100.txt`` at b4bb969). ``"auto"``
-            (default): ``"backward"`` under ``prefer="memory"``, ``"forward"`` otherwise. The
-            speed gate times the forward's placement. The forward's codes are tagged
+            (default): ``"backward"`` under ``prefer="memory"`` and under ``forward="fp8"``,
+            ``"forward"`` otherwise. Under ``forward="fp8"`` the late codes were faster and
+            leaner on both benchmark Llamas (H200, sessions 32-33: the 0.67B Llama 1.033-1.037×
+            torchao float8 where the forward's codes gave 1.030×, at 0.11 GiB less; the 8B
+            widths 52.2 against 52.4 ms at 11.41 against 11.75 GiB, run 82;
+            ``tools/results/fp8_forward_h200_s33.md``). The speed gate times the forward's
+            placement. The forward's codes are tagged
             ``MUST_SAVE`` for the min-cut partitioner, which under ``forward="fp8"`` had moved
             them into the backward; on the benchmark Llama (H200, session 32) the codes of
             q/k/v/o/gate/up still ended up in the backward: torch 2.11's min-cut bans
@@ -550,9 +555,10 @@ class HotConfig:
     @property
     def weight_codes_late(self) -> bool:
         """Whether the native g_x path quantizes the weight in the backward (``weight_codes``
-        resolved: ``"auto"`` is ``"backward"`` under ``prefer="memory"``)."""
+        resolved: ``"auto"`` is ``"backward"`` under ``prefer="memory"`` or
+        ``forward="fp8"``)."""
         if self.weight_codes == "auto":
-            return self.prefer == "memory"
+            return self.prefer == "memory" or self.forward == "fp8"
         return self.weight_codes == "backward"
 
     @property

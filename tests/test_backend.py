@@ -447,29 +447,3 @@ def test_a_graph_without_hot_layers_compiles_as_plain_inductor():
                 assert [p.path for p in backend.layers] == ["skipped"]
         counts[name] = metrics.num_comprehensive_padding
     assert counts["excluded"] == counts["plain"] > 0, counts
-
-
-def test_static_launch_of_hot_kernels_on_where_hot_rewrote(monkeypatch):
-    """Graphs the backend rewrote compile with inductor's static launcher for user-defined
-    Triton kernels (HOT's quantizers; torch's default is off), unless the user's
-    ``inductor_config`` says otherwise; a graph without HOT layers compiles as plain
-    inductor, without it."""
-    import torch._inductor.compile_fx as cfx
-    from torch._inductor import config as ic
-
-    from hotcompile import backend
-    from hotcompile.config import HotConfig
-
-    if not hasattr(ic, backend.STATIC_LAUNCH):
-        pytest.skip("this torch has no static launcher for user-defined Triton kernels")
-    seen = []
-    monkeypatch.setattr(
-        cfx, "compile_fx", lambda gm, ex, config_patches: seen.append(config_patches)
-    )
-    backend._inductor(None, [], HotConfig(), rewritten=True)
-    backend._inductor(None, [], HotConfig(), rewritten=False)
-    off = HotConfig(inductor_config={backend.STATIC_LAUNCH: False})
-    backend._inductor(None, [], off, rewritten=True)
-    assert seen[0][backend.STATIC_LAUNCH] is True
-    assert backend.STATIC_LAUNCH not in seen[1]
-    assert seen[2][backend.STATIC_LAUNCH] is False

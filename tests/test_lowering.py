@@ -983,7 +983,8 @@ def test_weight_codes_in_the_backward_saves_no_codes() -> None:
     forward and the backward. (On the CPU the min-cut partitioner moves ATen weight codes
     into the backward by itself; a ``triton_op`` on CUDA it does not — ``test_lowering_gpu``
     checks the compiled step.) ``weight_codes="auto"`` is ``"backward"`` under
-    ``prefer="memory"`` only: casting and quantizing the weights again costs step time."""
+    ``prefer="memory"`` and ``forward="fp8"`` (where it measured faster on the Llamas), and
+    ``"forward"`` with the bf16 forward: there casting the weights again costs step time."""
     from hotcompile.autograd import LayerSpec, hot_linear
     from hotcompile.memory import saved_tensors
 
@@ -1010,3 +1011,5 @@ def test_weight_codes_in_the_backward_saves_no_codes() -> None:
     assert not hotcompile.HotConfig().weight_codes_late
     assert not hotcompile.HotConfig(prefer="paper").weight_codes_late
     assert hotcompile.HotConfig(weight_codes="backward").weight_codes_late
+    assert hotcompile.HotConfig(forward="fp8").weight_codes_late
+    assert not hotcompile.HotConfig(forward="fp8", weight_codes="forward").weight_codes_late

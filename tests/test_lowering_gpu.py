@@ -274,10 +274,11 @@ def test_native_forward_saves_the_weights_codes_not_the_weight(forward: str) -> 
     backward quantized 48 weights, moved there by the partitioner; on the CPU the same MLP's
     codes were recomputed before the tag; this GPU case first ran with it, and passed). Each
     weight's codes are saved. (The Llama's codes still go to the backward under inductor:
-    experiments/results/step_code_llama_h200_s32.md.)"""
+    experiments/results/step_code_llama_h200_s32.md. Since session 33 ``forward="fp8"``
+    makes them there by default: ``weight_codes="forward"`` is asked for here.)"""
     from test_lowering import saved_by_forward
 
-    opts = {"lowering": "native", "prefer": "paper", "forward": forward}
+    opts = {"lowering": "native", "prefer": "paper", "forward": forward, "weight_codes": "forward"}
     saved = saved_by_forward(opts, True, "cuda")
     weights = {(64, 32), (48, 64)}  # fc1, fc2 as [O, I]
     both = weights | {(i, o) for o, i in weights}  # either orientation

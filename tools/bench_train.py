@@ -199,13 +199,15 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "hot_fp8_late_codes": {"forward": "fp8", "weight_codes": "backward"},
     # session 33: inductor launches user-defined Triton kernels (all of HOT's) through
     # Triton's own Python launcher unless static_launch_user_defined_triton_kernels is on (off
-    # in torch); the backend turns it on since session 33 (run 80: the Llama's hot_fp8 60.9 ms
-    # both ways). These run without it, as before
-    "hot_fp8_triton_launch": {
+    # in torch). Runs 80-81 (H200): no gain (the Llama's hot_fp8 60.9 ms both ways; ViT-L
+    # 66.2 against 65.0), so the backend leaves it off; this variant turns it on
+    "hot_fp8_static": {
         "forward": "fp8",
-        "inductor_config": {"static_launch_user_defined_triton_kernels": False},
+        "inductor_config": {"static_launch_user_defined_triton_kernels": True},
     },
-    "hot_triton_launch": {"inductor_config": {"static_launch_user_defined_triton_kernels": False}},
+    # since session 33 hot_fp8's own default (weight_codes "auto" under forward="fp8"); runs
+    # 78-79 and 82-83 name it. hot_fp8_forward_codes is hot_fp8 before session 33
+    "hot_fp8_forward_codes": {"forward": "fp8", "weight_codes": "forward"},
     # run 39: hot_fp8 saved 0.42 GiB more than torchao (down's ABC codes), and its peak was
     # 1.04x torchao's; the SwiGLU's inputs as FP8 codes alone (prefer="memory"'s third option,
     # without its weight codes in the backward or ABC recompute) halve the Llama's largest
@@ -360,14 +362,14 @@ VARIANT_NOTES: dict[str, str] = {
     "float32: hot before session 28)",
     "hot_fp8_memory": 'as hot_fp8, with prefer="memory" (every eligible layer HOT, the memory '
     "options of hot_memory)",
-    "hot_fp8_triton_launch": "as hot_fp8, with HOT's Triton kernels launched by Triton's own "
-    'launcher (inductor_config={"static_launch_user_defined_triton_kernels": False}): hot_fp8 '
-    "before session 33",
-    "hot_triton_launch": "as hot, with HOT's Triton kernels launched by Triton's own launcher: "
-    "hot before session 33",
+    "hot_fp8_static": "as hot_fp8, with inductor's static launcher for HOT's Triton kernels "
+    '(inductor_config={"static_launch_user_defined_triton_kernels": True})',
+    "hot_fp8_forward_codes": 'as hot_fp8, with weight_codes="forward" (HQ\'s weight codes made '
+    "in the forward and saved, as far as the partitioner keeps them there: hot_fp8 before "
+    "session 33)",
     "hot_fp8_late_codes": 'as hot_fp8, with weight_codes="backward" (HQ\'s weight codes made '
     "in the backward from the parameter, every layer's: down's and the head's too, which "
-    "hot_fp8 makes in the forward)",
+    "hot_fp8 made in the forward before session 33; hot_fp8's own default since)",
     "hot_fp8_swiglu": 'as hot_fp8, with abc_swiglu="fp8" (a gated MLP saves its gate and up '
     "outputs as FP8 codes with a scale per token, read back by the SwiGLU's backward)",
     "hot_fp8_tensorwise_swiglu": 'as hot_fp8_swiglu, with forward_scaling="tensorwise"',
