@@ -8,21 +8,25 @@ kernels through ``StaticallyLaunchedCudaKernel`` but user-defined ones (``triton
 ``torch._inductor.config.static_launch_user_defined_triton_kernels`` is on (default off).
 
 This compiles a SwiGLU MLP stack with ``backend="hot"`` (``forward="fp8"``, every layer HOT)
-twice, the option off and on, and prints per setting: why inductor bypassed the static
-launcher (its INFO log, counted by reason), the host time to issue one training step (no
-synchronisation inside it; median of 20) and the step's time on the GPU, and whether the
-two settings' gradients are the same bits.
+with the option off and on, each run in a process of its own, in the order ``--order`` gives
+(default off, on, on, off: session 33's first version ran both in one process, and its two
+calls disagreed as the order would explain). Per run it prints why inductor bypassed the
+static launcher (its INFO log, counted by reason), the host time to issue one training step
+(no synchronisation inside it; median of 20) and the step's time on the GPU; then whether
+all runs' gradients are the same bits.
 
-    python3 experiments/static_launch.py [--dims 1024 4096 --tokens 4096 --layers 4]
+    python3 experiments/static_launch.py [--dims 1024 4096 --tokens 4096 --layers 4 --order 0110]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import logging
 import os
 import statistics
+import subprocess
 import time
 
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # the launcher's log in-process
@@ -102,8 +106,15 @@ def run(static: bool, args) -> tuple[dict, list[torch.Tensor]]:
     return out, grads
 
 
+def _child(static: bool, args, grads_file: str) -> None:
+    res, grads = run(static, args)
+    torch.save(grads, grads_file)
+    print("RESULT " + json.dumps(res), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     import sys
+    import tempfile
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -111,20 +122,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dims", type=int, nargs=2, default=(1024, 4096), metavar=("D", "H"))
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument(
+        "--order", default="0110", help="settings in run order, one process each (1: static)"
+    )
+    ap.add_argument("--child", choices=("0", "1"), help=argparse.SUPPRESS)
+    ap.add_argument("--grads", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child is not None:
+        _child(args.child == "1", args, args.grads)
+        return 0
     print(
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}, SwiGLU x{args.layers} "
-        f"{args.dims}, {args.tokens} tokens, forward=fp8, prefer=memory, weight_scale=maxabs"
+        f"{args.dims}, {args.tokens} tokens, forward=fp8, prefer=memory, weight_scale=maxabs; "
+        f"one process per run, order {args.order}"
     )
-    grads = {}
-    for static in (False, True):
-        res, grads[static] = run(static, args)
-        print(
-            f"static_launch_user_defined_triton_kernels={static}: host {res['host_ms']:.2f} ms "
-            f"to issue a step, GPU {res['gpu_ms']:.2f} ms; bypassed: {res['bypassed']}"
-        )
-    same = all(torch.equal(a, b) for a, b in zip(grads[False], grads[True], strict=True))
-    print(f"gradients bit-identical across the two settings: {same}")
+    grads: dict[str, list] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, setting in enumerate(args.order):
+            gfile = f"{tmp}/grads{k}.pt"
+            cmd = [sys.executable, __file__, "--child", setting, "--grads", gfile,
+                   "--dims", *map(str, args.dims), "--tokens", str(args.tokens),
+                   "--layers", str(args.layers)]  # fmt: skip
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            res = json.loads(out.split("RESULT ", 1)[1])
+            print(
+                f"run {k} static_launch_user_defined_triton_kernels={setting == '1'}: host "
+                f"{res['host_ms']:.2f} ms to issue a step, GPU {res['gpu_ms']:.2f} ms; "
+                f"bypassed: {res['bypassed']}",
+                flush=True,
+            )
+            grads.setdefault(setting, []).append(torch.load(gfile))
+    runs = [g for gs in grads.values() for g in gs]
+    same = all(torch.equal(a, b) for g in runs[1:] for a, b in zip(runs[0], g, strict=True))
+    print(f"gradients bit-identical across all runs: {same}")
     return 0
 
 

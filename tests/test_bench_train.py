@@ -410,6 +410,43 @@ def test_idle_time_is_charged_to_the_kernel_the_gpu_waited_for() -> None:
     assert bench._waits([]) == {}
 
 
+def test_host_waits_are_the_idle_before_the_launch_call_began() -> None:
+    """Of a gap, the host is charged only up to the start of the kernel's launch call: a
+    kernel launched before the GPU ran dry waited on something else (launch latency, another
+    stream), and a kernel whose launch was not seen is charged nothing."""
+    kernels = [
+        ("a", 0.0, 10.0, -50.0),
+        ("b", 15.0, 20.0, 13.0),  # launched 3 us after the GPU ran dry: 3 of the 5 idle
+        ("c", 30.0, 31.0, 5.0),  # launched long before: none of its 10
+        ("d", 40.0, 41.0, None),  # launch not seen: none
+        ("b", 50.0, 51.0, 60.0),  # clock skew (launch after start): the whole gap, no more
+    ]
+    assert bench._waits(kernels) == {"b": 14.0, "c": 10.0, "d": 9.0}
+    assert bench._host_waits(kernels) == {"b": 12.0}
+    assert bench._is_launch_call("cudaLaunchKernel") and bench._is_launch_call("cuLaunchKernelEx")
+    assert not bench._is_launch_call("cudaMemcpyAsync")
+    assert not bench._is_launch_call("aten::mm")
+
+
+def test_class_table_shows_the_hosts_share_of_the_idle() -> None:
+    """Profiles with the host's share of the idle show it beside the idle, per class and in
+    the total row."""
+    classes = dict.fromkeys(bench.KERNEL_CLASSES, 0.0)
+    gemm = "GEMM, 8-bit operands"
+    p = {
+        "kernel_classes_ms": {**classes, gemm: 19.4},
+        "idle_before_ms": {**classes, gemm: 0.4},
+        "host_wait_before_ms": {**classes, gemm: 0.25},
+        "gpu_busy_ms": 19.4,
+        "idle_ms": 0.4,
+        "host_wait_ms": 0.25,
+        "wall_ms": 19.8,
+    }
+    text = "\n".join(bench._class_tables([({"name": "llama"}, "hot_fp8", {"profile": p})]))
+    assert "| GEMM, 8-bit operands | 19.40 (0.40; host 0.25) |" in text
+    assert "| GPU busy / idle (host) / wall | **19.4 / 0.40; host 0.25 / 19.8** |" in text
+
+
 def test_nested_hot_ops_count_once_in_the_profile() -> None:
     """A reference op calling another ``hotcompile`` op (``hla_grad_weight_dense`` →
     ``hla_grad_weight`` on CPU) is counted as the outer op only: the host/device sums of the

@@ -604,18 +604,48 @@ def kernel_class(name: str) -> str:
     return "other (ATen, copies)"
 
 
-def _waits(kernels: list[tuple[str, float, float]]) -> dict[str, float]:
+def _gaps(kernels: list[tuple]) -> list[tuple[str, float, float, float | None]]:
+    """The GPU's idle gaps, each charged to the kernel that ends it: (name, idle from, idle to,
+    start of the host call that launched it or None), kernels as (name, start, end[, launch
+    start]) in microseconds on the profiler's one clock. Overlapping kernels (two streams)
+    make no gap."""
+    gaps = []
+    end = math.inf
+    for name, a, b, *launch in sorted(kernels, key=lambda k: k[1]):
+        if a > end:
+            gaps.append((name, end, a, launch[0] if launch else None))
+        end = b if end == math.inf else max(end, b)
+    return gaps
+
+
+def _waits(kernels: list[tuple]) -> dict[str, float]:
     """Microseconds the GPU sat idle before each kernel (by name), kernels as (name, start,
     end): the gap between a kernel's start and the latest end before it. Where a step waits
     on the host, these say which launches it waited for (the first kernel of a graph, a
     Python-launched Triton kernel, a GEMM after a host-side check)."""
     waits: dict[str, float] = {}
-    end = math.inf
-    for name, a, b in sorted(kernels, key=lambda k: k[1]):
-        if a > end:
-            waits[name] = waits.get(name, 0.0) + (a - end)
-        end = b if end == math.inf else max(end, b)
+    for name, frm, to, _ in _gaps(kernels):
+        waits[name] = waits.get(name, 0.0) + (to - frm)
     return waits
+
+
+def _host_waits(kernels: list[tuple]) -> dict[str, float]:
+    """Of :func:`_waits`' idle, the part before the host even began to launch the kernel
+    (kernels as (name, start, end, launch start or None)): from the latest end before it to
+    the start of its launch call. The GPU had run out of work because the host was late; the
+    rest of a gap (launch latency, a cross-stream wait) is not the host's. A kernel whose
+    launch call the profiler did not see counts none."""
+    waits: dict[str, float] = {}
+    for name, frm, to, launch in _gaps(kernels):
+        if launch is not None and launch > frm:
+            waits[name] = waits.get(name, 0.0) + (min(to, launch) - frm)
+    return waits
+
+
+def _is_launch_call(name: str) -> bool:
+    """A CUDA runtime/driver call that launches a kernel (``cudaLaunchKernel``,
+    ``cuLaunchKernelEx``, ...): the profiler gives it the kernel's correlation id."""
+    return name.startswith("cu") and "Launch" in name
 
 
 def _merged_us(spans: list[tuple[float, float]]) -> float:
@@ -685,16 +715,24 @@ def profile_steps_of(
     classes = dict.fromkeys(KERNEL_CLASSES, 0.0)
     for k, v in by_kernel.items():
         classes[class_of[k]] += sum(v)
-    waits = _waits(
-        [
-            (e.name, e.time_range.start, e.time_range.end)
-            for e in kernels
-            if class_of[e.name] != "annotation"
-        ]
-    )
+    # the host call that launched each kernel: same correlation id (FunctionEvent.id)
+    launch_at = {
+        e.id: e.time_range.start
+        for e in events
+        if e.device_type == DeviceType.CPU and _is_launch_call(e.name)
+    }
+    timeline = [
+        (e.name, e.time_range.start, e.time_range.end, launch_at.get(e.id))
+        for e in kernels
+        if class_of[e.name] != "annotation"
+    ]
+    waits, host_waits = _waits(timeline), _host_waits(timeline)
     wait_classes = dict.fromkeys(KERNEL_CLASSES, 0.0)
+    host_classes = dict.fromkeys(KERNEL_CLASSES, 0.0)
     for k, w in waits.items():
         wait_classes[class_of[k]] += w
+    for k, w in host_waits.items():
+        host_classes[class_of[k]] += w
     top_kernels = sorted(by_kernel.items(), key=lambda kv: -sum(kv[1]))[:20]
     hot_us = sum(
         sum(v) for k, v in by_kernel.items() if any(m in k.lower() for m in HOT_KERNEL_MARKERS)
@@ -718,6 +756,11 @@ def profile_steps_of(
         "kernel_classes_ms": {c: us / n / 1e3 for c, us in classes.items()},
         "idle_ms": sum(waits.values()) / n / 1e3,
         "idle_before_ms": {c: us / n / 1e3 for c, us in wait_classes.items()},
+        # of the idle, the GPU waiting for the host to begin a launch (kernels whose launch
+        # call the profiler saw: ``launches_seen`` of them)
+        "host_wait_ms": sum(host_waits.values()) / n / 1e3,
+        "host_wait_before_ms": {c: us / n / 1e3 for c, us in host_classes.items()},
+        "launches_seen": sum(t[3] is not None for t in timeline) / n,
         "idle_before_kernels": [
             {"name": k[:160], "ms": w / n / 1e3}
             for k, w in sorted(waits.items(), key=lambda kv: -kv[1])[:12]
@@ -772,10 +815,12 @@ def profile_text(title: str, p: dict[str, Any]) -> str:
         lines += [
             "",
             f"kernel classes (device ms per step; GPU idle {p['idle_ms']:.2f} ms a step, "
-            "split by the class of the kernel it waited for):",
+            "split by the class of the kernel it waited for; of it, waiting for the host to "
+            f"launch: {p.get('host_wait_ms', 0.0):.2f} ms):",
         ]
+        host = p.get("host_wait_before_ms", {})
         lines += [
-            f"  {ms:8.2f} {p['idle_before_ms'][c]:8.2f}  {c}"
+            f"  {ms:8.2f} {p['idle_before_ms'][c]:8.2f} {host.get(c, 0.0):8.2f}  {c}"
             for c, ms in p["kernel_classes_ms"].items()
             if c != "annotation"
         ]
@@ -1425,6 +1470,12 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _host_part(ms: float | None) -> str:
+    """``"; host 0.42"`` for a profile that measured the host's share of the idle; profiles
+    written before session 33 have none."""
+    return "" if ms is None else f"; host {ms:.2f}"
+
+
 def _class_tables(profiled: list[tuple[dict, str, dict]]) -> list[str]:
     """Per model, the profiled variants side by side by kernel class (:data:`KERNEL_CLASSES`):
     device ms a step and, in brackets, the GPU's idle ms before that class's kernels. Where two
@@ -1439,7 +1490,8 @@ def _class_tables(profiled: list[tuple[dict, str, dict]]) -> list[str]:
     for name, variants in by_model.items():
         lines += [
             "",
-            f"{name}, kernels by class: device ms a step (GPU idle ms before them):",
+            f"{name}, kernels by class: device ms a step (GPU idle ms before them; of it, "
+            "waiting for the host to launch them):",
             "",
             "| class | " + " | ".join(k for k, _ in variants) + " |",
             "|---|" + "---|" * len(variants),
@@ -1448,15 +1500,18 @@ def _class_tables(profiled: list[tuple[dict, str, dict]]) -> list[str]:
             if c == "annotation" or not any(p["kernel_classes_ms"][c] for _, p in variants):
                 continue
             cells = [
-                f"{p['kernel_classes_ms'][c]:.2f} ({p['idle_before_ms'][c]:.2f})"
+                f"{p['kernel_classes_ms'][c]:.2f} ({p['idle_before_ms'][c]:.2f}"
+                + _host_part(p.get("host_wait_before_ms", {}).get(c))
+                + ")"
                 for _, p in variants
             ]
             lines.append(f"| {c} | " + " | ".join(cells) + " |")
         cells = [
-            f"**{p['gpu_busy_ms']:.1f} / {p['idle_ms']:.2f} / {p['wall_ms']:.1f}**"
+            f"**{p['gpu_busy_ms']:.1f} / {p['idle_ms']:.2f}{_host_part(p.get('host_wait_ms'))}"
+            f" / {p['wall_ms']:.1f}**"
             for _, p in variants
         ]
-        lines.append("| GPU busy / idle / wall | " + " | ".join(cells) + " |")
+        lines.append("| GPU busy / idle (host) / wall | " + " | ".join(cells) + " |")
     return lines
 
 
