@@ -99,13 +99,17 @@
 # TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=0. Then weight_codes "auto" became
 # "backward" under forward="fp8".
 # Next: (1) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
-# FSDP=hot_fp8 (not re-run since session 26; hot_fp8 now with late weight codes); (2) ViT-L
+# FSDP=hot_fp8 (not re-run since session 26; hot_fp8 now with late weight codes); (2) the 8B
+# widths' memory half with the late codes under the lean plans: llama8b:torchao_float8,hot_fp8,
+# hot_fp8_lean,hot_fp8_swiglu_views (late codes alone: 0.986x torchao's peak at 1.057x, run 82;
+# lean with forward codes 0.990x at 1.024-1.028x, runs 68, 71), with --profile for the new host
+# share of the idle (bench_train's host_wait_ms) on the Llama's hot_fp8 against torchao; (3) ViT-L
 # with the late codes (vit_l16:inductor,hot_fp8,hot_fp8_forward_codes; run 81 had hot_fp8 at
-# 0.92-0.94x inductor); (3) the backward's 104 one-word copies (step_code_llama_h200_s32.md):
-# inductor merges the quantizers' torch.zeros words into one buffer and clones it before each
+# 0.92-0.94x inductor); (3b) static (one process per run now) to settle the launcher; (4) the
+# backward's 104 one-word copies (step_code_llama_h200_s32.md): inductor merges the quantizers' torch.zeros words into one buffer and clones it before each
 # mutating kernel; any per-op zero fill is a launch too, so the fix is kernels without a zeroed
 # word (per-program partial maxima in an empty buffer, reduced by a bounded second pass) or
-# one graph-level buffer; (4) the lean backward's max-abs from per-row maxima stored without
+# one graph-level buffer; (5) the lean backward's max-abs from per-row maxima stored without
 # an atomic.
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
