@@ -221,9 +221,10 @@ class HotConfig:
             ``experiments/results/late_codes_grads_h100.txt`` at b4bb969). ``"auto"``
             (default): ``"backward"`` under ``prefer="memory"`` and under ``forward="fp8"``,
             ``"forward"`` otherwise. Under ``forward="fp8"`` the late codes were faster and
-            leaner on both benchmark Llamas (H200, sessions 32-33: the 0.67B Llama 1.033-1.037×
-            torchao float8 where the forward's codes gave 1.030×, at 0.11 GiB less; the 8B
-            widths 52.2 against 52.4 ms at 11.41 against 11.75 GiB, run 82;
+            leaner on both benchmark Llamas (H200, sessions 32-33: the 0.67B Llama 1.016-1.037×
+            torchao float8 where the forward's codes gave 1.011-1.030× in the same benches,
+            runs 78-80, at 0.11 GiB less; the 8B widths 52.2 against 52.4 ms at 11.41 against
+            11.75 GiB, run 82;
             ``tools/results/fp8_forward_h200_s33.md``). The speed gate times the forward's
             placement. The forward's codes are tagged
             ``MUST_SAVE`` for the min-cut partitioner, which under ``forward="fp8"`` had moved
