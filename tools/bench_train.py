@@ -816,7 +816,8 @@ def profile_text(title: str, p: dict[str, Any]) -> str:
             "",
             f"kernel classes (device ms per step; GPU idle {p['idle_ms']:.2f} ms a step, "
             "split by the class of the kernel it waited for; of it, waiting for the host to "
-            f"launch: {p.get('host_wait_ms', 0.0):.2f} ms):",
+            f"launch: {p.get('host_wait_ms', 0.0):.2f} ms, from the launch calls of "
+            f"{p.get('launches_seen', 0):.0f} of {p['kernels_per_step']:.0f} kernels):",
         ]
         host = p.get("host_wait_before_ms", {})
         lines += [
