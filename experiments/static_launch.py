@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.dims}, {args.tokens} tokens, forward=fp8, prefer=memory, weight_scale=maxabs; "
         f"one process per run, order {args.order}"
     )
-    grads: dict[str, list] = {}
+    grads: list[list[torch.Tensor]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for k, setting in enumerate(args.order):
             gfile = f"{tmp}/grads{k}.pt"
@@ -151,9 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"bypassed: {res['bypassed']}",
                 flush=True,
             )
-            grads.setdefault(setting, []).append(torch.load(gfile))
-    runs = [g for gs in grads.values() for g in gs]
-    same = all(torch.equal(a, b) for g in runs[1:] for a, b in zip(runs[0], g, strict=True))
+            grads.append(torch.load(gfile))
+    same = all(torch.equal(a, b) for g in grads[1:] for a, b in zip(grads[0], g, strict=True))
     print(f"gradients bit-identical across all runs: {same}")
     return 0
 

@@ -364,7 +364,10 @@ def _saved() -> contextlib.AbstractContextManager[None]:
     inductor, still went to the backward. Torch 2.11's min-cut bans recomputation only of
     nodes the forward's outputs need, and the codes are the backward's alone. Under inductor a
     parameter is free to save, so the cut lands at it
-    (``experiments/results/step_code_llama_h200_s32.md``; read in the source, not yet tested)."""
+    (``experiments/results/step_code_llama_h200_s32.md``, read in the source; on the H200 in
+    session 33 inductor's partition of a small SwiGLU also saved fewer codes than aot_eager's,
+    tag or no tag: ``tools/results/fp8_forward_h200_s33.md``). Since session 33
+    ``forward="fp8"`` makes the codes in the backward by default."""
     from torch.fx import traceback as fx_traceback
     from torch.utils.checkpoint import CheckpointPolicy
 

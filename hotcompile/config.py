@@ -224,11 +224,10 @@ class HotConfig:
             leaner on both benchmark Llamas (H200, sessions 32-33: the 0.67B Llama 1.016-1.037×
             torchao float8 where the forward's codes gave 1.011-1.030× in the same benches,
             runs 78-80, at 0.11 GiB less; the 8B widths 52.2 against 52.4 ms at 11.41 against
-            11.75 GiB, run 82;
-            ``tools/results/fp8_forward_h200_s33.md``). The speed gate times the forward's
-            placement. The forward's codes are tagged
-            ``MUST_SAVE`` for the min-cut partitioner, which under ``forward="fp8"`` had moved
-            them into the backward; on the benchmark Llama (H200, session 32) the codes of
+            11.75 GiB, run 82; ``tools/results/fp8_forward_h200_s33.md``). The speed gate times
+            the forward's placement. The forward's codes are tagged ``MUST_SAVE`` for the
+            min-cut partitioner, which had moved them into the backward under
+            ``forward="fp8"``; on the benchmark Llama (H200, session 32) the codes of
             q/k/v/o/gate/up still ended up in the backward: torch 2.11's min-cut bans
             recomputing only what the forward's outputs need, and under inductor a parameter
             is free to save (``experiments/results/step_code_llama_h200_s32.md``).
