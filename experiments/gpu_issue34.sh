@@ -111,6 +111,7 @@
 # word (per-program partial maxima in an empty buffer, reduced by a bounded second pass) or
 # one graph-level buffer; (5) the lean backward's max-abs from per-row maxima stored without
 # an atomic.
+# peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
@@ -181,6 +182,12 @@ elif [ "$part" = static ]; then
   # inductor's static launcher for HOT's user-defined Triton kernels, off and on (session 33)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/static_launch.py > $OUT/static.log 2>&1
   echo "static rc=$?"; tail -5 $OUT/static.log
+elif [ "$part" = peakmoment ]; then
+  # which tensors are alive at a step's peak, per variant (session 34): PMODEL (default the
+  # 8B widths) x PMVARIANTS
+  timeout $(upto ${WDEADLINE:-300}) python3 experiments/peak_moment.py --model ${PMODEL:-llama8b} \
+    --variants ${PMVARIANTS:-torchao_float8,hot_fp8,hot_fp8_lean} --out $OUT/peak_moment.md \
+    > $OUT/peakmoment.log 2>&1; echo "peakmoment rc=$?"; grep -E "^\| llama" $OUT/peak_moment.md
 elif [ "$part" = placement ]; then
   # where the forward's weight codes go under each compiler, tagged and untagged (session 32)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/weight_codes_placement.py --prefer paper speed \
