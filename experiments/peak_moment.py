@@ -42,11 +42,16 @@ GiB = 2**30
 TOP = 24
 
 
+#: inductor's generated modules: ``<cache dir>/xx/c<52 base-32 characters>.py``, whatever
+#: TORCHINDUCTOR_CACHE_DIR names the cache dir (session 34's first run looked for
+#: "torchinductor" in the path and missed them under /tmp/inductor_cache)
+GENERATED = re.compile(r"/c[a-z0-9]{40,}\.py$")
+
+
 def _generated(frames: list[dict]) -> dict | None:
-    """The innermost frame in inductor's generated code (a module under the cache dir)."""
+    """The innermost frame in inductor's generated code."""
     for f in frames:
-        name = f.get("filename", "")
-        if "torchinductor" in name and name.endswith(".py"):
+        if GENERATED.search(f.get("filename", "")):
             return f
     return None
 
@@ -166,6 +171,12 @@ def child(model: str, variant: str, out: str) -> None:
         phases[ph] += size
         rows.append({"bytes": size, "phase": ph, **_label(frames)})
     peak_event = trace[r["at"]] if r["at"] >= 0 else {}
+    # the allocations and frees just before the peak: where in the backward it falls
+    lead = []
+    for e in trace[max(r["at"] - 40, 0) : r["at"] + 1]:
+        if e["action"] in ("alloc", "free_completed") and e["size"] >= MiB:
+            lab = _label(e.get("frames", [])) if e["action"] == "alloc" else {}
+            lead.append({"action": e["action"], "bytes": e["size"], **lab})
     n_alloc = sum(1 for e in trace if e["action"] == "alloc")
     n_before = sum(1 for e in trace[: r["at"] + 1] if e["action"] == "alloc")
     res = {
@@ -180,6 +191,7 @@ def child(model: str, variant: str, out: str) -> None:
         "peak_event": _label(peak_event.get("frames", [])),
         "live_by_phase": dict(phases),
         "live": rows,
+        "lead": lead,
     }
     pathlib.Path(out).write_text(json.dumps(res))
 
@@ -218,6 +230,12 @@ def _md(results: list[dict], meta: str) -> str:
                          f"`{cells[1]}` | {cells[2]} |")  # fmt: skip
         if rest:
             lines.append(f"| {rest / MiB:.1f} | | {len(r['live']) - TOP} more | | |")
+        lines += ["", "Allocations (and frees) of ≥ 1 MiB just before the peak:", "",
+                  "| event | MiB | allocated by | source nodes |", "|---|---|---|---|"]  # fmt: skip
+        for e in r.get("lead", []):
+            a = e.get("alloc", "").replace("|", "\\|")
+            n = e.get("nodes", "")
+            lines.append(f"| {e['action']} | {e['bytes'] / MiB:.1f} | `{a}` | {n} |")
     return "\n".join(lines) + "\n"
 
 
