@@ -238,6 +238,18 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
         "weight_codes": "backward",
     },
     "torchao_float8_rowwise": None,
+    # session 34: inductor keeps a buffer past its last use when a later buffer of the same
+    # size can take its storage (allow_buffer_reuse), so the 8B widths' lean peak (in the
+    # attention's backward) held the SwiGLU backward's codes and a bf16 weight copy that
+    # block 1 reuses later (experiments/peak_moment.py). Off: each buffer freed at its last use
+    "hot_fp8_noreuse": {"forward": "fp8", "inductor_config": {"allow_buffer_reuse": False}},
+    "hot_fp8_lean_noreuse": {
+        "forward": "fp8",
+        "abc_swiglu": "fp8",
+        "abc_recompute": "unary",
+        "inductor_config": {"allow_buffer_reuse": False},
+    },
+    "torchao_float8_noreuse": None,
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
     "inductor_cpp": None,
     "hot_cpp": {"inductor_config": {"cpp_wrapper": True}},
@@ -253,14 +265,20 @@ PLAIN_MODES: dict[str, str | None] = {
     "torchao_float8": None,
     "torchao_float8_cg": "reduce-overhead",
     "torchao_float8_rowwise": None,
+    "torchao_float8_noreuse": None,
     "inductor_cpp": None,
 }
 
 #: ``torch.compile(options=...)`` of the variants without the hot backend
-PLAIN_OPTIONS: dict[str, dict[str, Any]] = {"inductor_cpp": {"cpp_wrapper": True}}
+PLAIN_OPTIONS: dict[str, dict[str, Any]] = {
+    "inductor_cpp": {"cpp_wrapper": True},
+    "torchao_float8_noreuse": {"allow_buffer_reuse": False},
+}
 
 #: variants that convert the model with torchao's float8 training first
-TORCHAO_VARIANTS = ("torchao_float8", "torchao_float8_cg", "torchao_float8_rowwise")
+TORCHAO_VARIANTS = (
+    "torchao_float8", "torchao_float8_cg", "torchao_float8_rowwise", "torchao_float8_noreuse",
+)  # fmt: skip
 #: torchao's float8 recipe of each torchao variant
 TORCHAO_RECIPES = {"torchao_float8_rowwise": "rowwise"}
 
@@ -383,6 +401,12 @@ VARIANT_NOTES: dict[str, str] = {
     "hot_fp8_recompute": 'as hot_fp8, with abc_recompute="unary" (ABC\'s codes of a layer whose '
     "input the backward can re-derive from tensors it reads anyway, such as the down "
     "projection's from gate and up, are recomputed there instead of saved)",
+    "hot_fp8_noreuse": 'as hot_fp8, with options={"inductor_config": {"allow_buffer_reuse": '
+    "False}}: inductor frees each buffer at its last use instead of keeping it for a later "
+    "buffer of the same size",
+    "hot_fp8_lean_noreuse": "as hot_fp8_lean, with allow_buffer_reuse off (as hot_fp8_noreuse)",
+    "torchao_float8_noreuse": "as torchao_float8, compiled with "
+    '`options={"allow_buffer_reuse": False}` (the same inductor setting as hot_fp8_noreuse)',
     "torchao_float8_rowwise": "as torchao_float8 with torchao's rowwise recipe "
     '(`Float8LinearConfig.from_recipe_name("rowwise")`)',
     "inductor_cpp": '`torch.compile(model, options={"cpp_wrapper": True})`: inductor\'s '
