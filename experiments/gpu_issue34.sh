@@ -98,19 +98,22 @@
 # hot_fp8_late_codes,hot (run 83: 1.020x torchao, default 1.09x inductor). Calls 3-4 with
 # TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=0. Then weight_codes "auto" became
 # "backward" under forward="fp8".
+# Session 34 (one GPU only, 4 calls, tools/results/fp8_forward_h200_s34.md): fp8tests (7 passed
+# with late codes the default) profile (run 84: hot_fp8 1.036x torchao; the host holds the GPU
+# 0.09 ms a step, torchao's 0.20: not host-bound, so the one-word copies are dropped) + 8B
+# torchao,hot_fp8,hot_fp8_lean (run 85: lean 1.031x at 0.962x peak) | peakmoment (labels
+# missed) + ViT-L inductor,hot_fp8 (run 86: 1.016x) | peakmoment PMVARIANTS=hot_fp8_lean,
+# torchao_float8 (the 8B peak is in the last block's attention backward for all, with MLP
+# buffers inductor holds for reuse) | 8B with allow_buffer_reuse off on both sides (run 87:
+# hot_fp8_noreuse 1.047x at 0.962x; torchao_noreuse itself 0.965x); the Llama bench after it
+# was cut in a cold inductor compile (caches of call 2 came back without inductor's).
 # Next: (1) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
-# FSDP=hot_fp8 (not re-run since session 26; hot_fp8 now with late weight codes); (2) the 8B
-# widths' memory half with the late codes under the lean plans: llama8b:torchao_float8,hot_fp8,
-# hot_fp8_lean,hot_fp8_swiglu_views (late codes alone: 0.986x torchao's peak at 1.057x, run 82;
-# lean with forward codes 0.990x at 1.024-1.028x, runs 68, 71), with --profile for the new host
-# share of the idle (bench_train's host_wait_ms) on the Llama's hot_fp8 against torchao; (3) ViT-L
-# with the late codes (vit_l16:inductor,hot_fp8,hot_fp8_forward_codes; run 81 had hot_fp8 at
-# 0.92-0.94x inductor); (3b) static (one process per run now) to settle the launcher; (4) the
-# backward's 104 one-word copies (step_code_llama_h200_s32.md): inductor merges the quantizers' torch.zeros words into one buffer and clones it before each
-# mutating kernel; any per-op zero fill is a launch too, so the fix is kernels without a zeroed
-# word (per-program partial maxima in an empty buffer, reduced by a bounded second pass) or
-# one graph-level buffer; (5) the lean backward's max-abs from per-row maxima stored without
-# an atomic.
+# FSDP=hot_fp8 (not re-run since session 26); (2) llama:torchao_float8,hot_fp8,hot_fp8_noreuse,
+# torchao_float8_noreuse (is reuse off worth the backend's default under forward="fp8"? 8B:
+# -0.28 GiB at the same step, but torchao gains more from it); (3) peakmoment with
+# PMVARIANTS=hot_fp8_lean_noreuse,hot_fp8_noreuse: where lean's peak goes once reuse is off
+# (0.14 GiB short of 0.95x torchao at the 8B widths); (4) the lean backward's max-abs from
+# per-row maxima stored without an atomic (lean's speed on the 0.67B Llama, 1.00x torchao).
 # peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
