@@ -239,9 +239,10 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     },
     "torchao_float8_rowwise": None,
     # session 34: inductor keeps a buffer past its last use when a later buffer of the same
-    # size can take its storage (allow_buffer_reuse), so the 8B widths' lean peak (in the
-    # attention's backward) held the SwiGLU backward's codes and a bf16 weight copy that
-    # block 1 reuses later (experiments/peak_moment.py). Off: each buffer freed at its last use
+    # size can take its storage (allow_buffer_reuse), and the 8B widths' peak (in the last
+    # block's attention backward) held such buffers of the MLP's backward in both hot_fp8_lean
+    # and torchao (experiments/peak_moment.py). Off, each buffer is freed at its last use:
+    # run 87 (8B widths) hot_fp8 -0.28 GiB at the same step, lean -0.02, torchao -0.41
     "hot_fp8_noreuse": {"forward": "fp8", "inductor_config": {"allow_buffer_reuse": False}},
     "hot_fp8_lean_noreuse": {
         "forward": "fp8",
