@@ -1,8 +1,9 @@
 """What the GPU micro-benchmarks of ``experiments/`` share: the ``--out`` argument, the GPU
-check, the provenance line and the markdown + JSON files they write.
+check, the provenance line and the markdown + JSON files they write, and the training step
+the peak experiments take.
 
-Used by ``swiglu_codes.py`` and ``swiglu_abc.py`` (run as ``python3 experiments/<script>.py``, so
-this module is importable by its name)."""
+Used by ``swiglu_codes.py``, ``swiglu_abc.py``, ``peak_floor.py`` and ``peak_moment.py`` (run
+as ``python3 experiments/<script>.py``, so this module is importable by its name)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,26 @@ def write(out: str, title: str, meta: str, header: list[str], rows: list[str], r
     if out:
         pathlib.Path(out).write_text(md + "\n")
         pathlib.Path(out).with_suffix(".json").write_text(json.dumps(results, indent=1))
+
+
+def training_step(fn, opt, x, y):
+    """One training step as ``tools/bench_train.py`` takes it: gradients set to None, the
+    compiled forward and loss under bf16 autocast, backward, optimizer step."""
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fn(x, y)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def warm_up(step, steps: int = 3) -> None:
+    """``steps`` steps (compile, the gate's timing, HOT's calibration), then the peak
+    statistics reset: what follows measures the steady state."""
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()

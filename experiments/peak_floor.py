@@ -56,17 +56,8 @@ def measure(name: str, steps: int = 3) -> dict:
     x, t = spec.batch(spec.default_batch, False, torch.Generator().manual_seed(0))
     x, t = x.cuda(), t.cuda()
 
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_fn(x, t)
-        loss.backward()
-        opt.step()
-
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    step = gpu_script.training_step(step_fn, opt, x, t)
+    gpu_script.warm_up(step)
     for _ in range(steps):
         step()
     torch.cuda.synchronize()

@@ -125,6 +125,7 @@ def replay(snapshot: dict, baseline: int) -> dict:
 
 def child(model: str, variant: str, out: str) -> None:
     import bench_train as bt
+    import gpu_script
     from bench_models import MODELS
 
     import hotcompile  # noqa: F401
@@ -143,17 +144,8 @@ def child(model: str, variant: str, out: str) -> None:
     compiled = bt.compile_variant(module, variant, "inductor")
     opt, _ = bt._fused_adamw(list(module.parameters()), device)
 
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = compiled(x, y)
-        loss.backward()
-        opt.step()
-
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    step = gpu_script.training_step(compiled, opt, x, y)
+    gpu_script.warm_up(step)
     baseline = torch.cuda.memory_allocated()
     torch.cuda.memory._record_memory_history(stacks="python", max_entries=1_000_000)
     step()
