@@ -24,12 +24,25 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_cache
 # 16-MiB limit on a returned file as gzip)
 if [ -f .whl/caches.tgz ]; then tar xzf .whl/caches.tgz -C / 2>/dev/null; fi
 if ls .whl/caches.txz.* >/dev/null 2>&1; then cat .whl/caches.txz.* | tar xJf - -C / 2>/dev/null; fi
+# which of inductor's cached files this call reads (session 34: a call whose caches passed the
+# limit came back without any of inductor's, and the next Llama bench compiled cold): the
+# carried files' access times are set to 2000, so that on a relatime mount the first read
+# updates them, and save_caches can keep what this call used when all would not fit
+touch /tmp/cache_marker
+if [ -d /tmp/inductor_cache ]; then
+  find /tmp/inductor_cache -type f -exec touch -a -d 2000-01-01 {} + 2>/dev/null
+fi
 save_caches() {  # $1: where; xz parts of 15 MB (a returned file's limit is 16 MiB), at most
-  # ~45 MB in all (the carry's limit is 64 MiB with the tree and the wheels): inductor's
-  # caches are left out when they would pass it
+  # ~45 MB in all (the carry's limit is 64 MiB with the tree and the wheels): past it, only
+  # the inductor files this call read or wrote; past it still, none of inductor's
   tar cf - -C / tmp/hc tmp/triton_cache tmp/inductor_cache 2>/dev/null | xz -T0 -6 > /tmp/caches.txz
   if [ $(stat -c %s /tmp/caches.txz) -gt 45000000 ]; then
-    echo "caches with inductor's: $(stat -c %s /tmp/caches.txz) bytes: leaving inductor's out"
+    echo "caches with inductor's: $(stat -c %s /tmp/caches.txz) bytes: inductor's used ones only"
+    (cd / && find tmp/inductor_cache -type f -anewer /tmp/cache_marker 2>/dev/null) > /tmp/used.txt
+    tar cf - -C / tmp/hc tmp/triton_cache -T /tmp/used.txt 2>/dev/null | xz -T0 -6 > /tmp/caches.txz
+  fi
+  if [ $(stat -c %s /tmp/caches.txz) -gt 45000000 ]; then
+    echo "caches with inductor's used ones: $(stat -c %s /tmp/caches.txz) bytes: leaving inductor's out"
     tar cf - -C / tmp/hc tmp/triton_cache 2>/dev/null | xz -T0 -6 > /tmp/caches.txz
   fi
   split -b 15000000 /tmp/caches.txz $1/caches.txz.
