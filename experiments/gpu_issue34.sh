@@ -114,6 +114,8 @@
 # PMVARIANTS=hot_fp8_lean_noreuse,hot_fp8_noreuse: where lean's peak goes once reuse is off
 # (0.14 GiB short of 0.95x torchao at the 8B widths); (4) the lean backward's max-abs from
 # per-row maxima stored without an atomic (lean's speed on the 0.67B Llama, 1.00x torchao).
+# The first call's save_caches keeps only the inductor files it used when all would not fit
+# (gpu_env.sh, session 34: not yet run on the device): check its "caches:" line.
 # peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
