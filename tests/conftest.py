@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
+import os
 import pathlib
+import subprocess
 import sys
 import types
 
@@ -97,6 +100,30 @@ def load_tool(script: str, folder: str = "tools") -> types.ModuleType:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def cli_env() -> dict[str, str]:
+    """The environment a project command runs in: this interpreter's bin first on PATH (so
+    that ``hotcompile`` is the installed entry point of this environment)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@functools.cache
+def help_text(program: tuple[str, ...]) -> str:
+    """``--help`` of ``("tools/X.py",)`` or ``("hotcompile"[, SUB])``, run once per test session
+    (a Python process importing torch, ~4 s on 2 cores) for every test that reads it
+    (``test_docs``, ``test_tools_help``); asserts that it exits 0."""
+    if program[0] == "hotcompile":
+        argv = [sys.executable, "-m", "hotcompile.cli", *program[1:], "--help"]
+    else:
+        argv = [sys.executable, program[0], "--help"]
+    out = subprocess.run(
+        argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=cli_env(), check=False
+    )
+    assert out.returncode == 0, f"{' '.join(program)} --help: {out.stderr[-2000:]}"
+    return out.stdout
 
 
 def skip_module_without_cuda_triton() -> None:

@@ -26,16 +26,15 @@ from the repository root with a timeout. An unmarked block of another language f
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import cli_env, help_text
 
 import hotcompile
 import hotcompile.demo
@@ -193,25 +192,6 @@ def _program(argv: list[str]) -> tuple[str, ...] | None:
     return None
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-@functools.cache
-def _help(program: tuple[str, ...]) -> str:
-    if program[0] == "hotcompile":
-        argv = [sys.executable, "-m", "hotcompile.cli", *program[1:], "--help"]
-    else:
-        argv = [sys.executable, program[0], "--help"]
-    out = subprocess.run(
-        argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(), check=False
-    )
-    assert out.returncode == 0, f"{' '.join(program)} --help: {out.stderr[-2000:]}"
-    return out.stdout
-
-
 CMD_BLOCKS = [b for b in ALL if b.lang != "python" and any(map(_program, _commands(b)))]
 
 
@@ -233,7 +213,7 @@ def _check_flags(block: Block) -> None:
         program = _program(argv)
         if program is None:
             continue
-        text = _help(program)
+        text = help_text(program)
         for arg in argv:
             flag = arg.split("=", 1)[0]
             if flag.startswith("--") and flag != "--help":
@@ -249,7 +229,7 @@ RUN_BASH = [b for b in ALL if b.lang == "bash" and b.mark is None]
 def test_bash_blocks_run(block: Block) -> None:
     for argv in _commands(block):
         out = subprocess.run(
-            argv, cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env(), check=False
+            argv, cwd=ROOT, capture_output=True, text=True, timeout=120, env=cli_env(), check=False
         )
         assert out.returncode == 0, f"{block.id}: {shlex.join(argv)}: {out.stderr[-2000:]}"
 
@@ -263,4 +243,4 @@ def test_bash_blocks_run(block: Block) -> None:
 def test_help_exits_0(program: tuple[str, ...]) -> None:
     """Every maintained tool and every ``hotcompile`` subcommand answers --help on the CPU
     (none needs a GPU library to import)."""
-    assert _help(program).startswith("usage:")
+    assert help_text(program).startswith("usage:")
