@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import help_text
 from test_distributed import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -74,7 +75,5 @@ def test_bench_distributed_fsdp2_vit_smoke(tmp_path: pathlib.Path) -> None:
 
 
 def test_bench_distributed_help_teaches() -> None:
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=True
-    ).stdout
+    out = help_text(("tools/bench_distributed.py",))
     assert "torchrun" in out and "--merge" in out and "--smoke" in out and "examples:" in out

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from conftest import help_text
 
 from hotcompile.kernels import cutlass
 
@@ -134,13 +135,7 @@ def test_sources_and_configs_are_found():
 
 def test_cli_build_help_and_unavailable():
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    out = subprocess.run(
-        [sys.executable, "-m", "hotcompile.cli", "build", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout
+    out = help_text(("hotcompile", "build"))
     assert "sm_90a" in out and "cache" in out.lower() and "Triton" in out
     if not torch.cuda.is_available():
         res = subprocess.run(

@@ -3,9 +3,9 @@
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
+from conftest import help_text
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -17,12 +17,7 @@ def test_ruff_clean():
 
 
 def test_cli_help_teaches():
-    out = subprocess.run(
-        [sys.executable, "-m", "hotcompile.cli", "demo", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = help_text(("hotcompile", "demo"))
     assert "digits" in out and "--epochs" in out and "examples:" in out
 
 
