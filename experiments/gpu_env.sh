@@ -32,18 +32,21 @@ touch /tmp/cache_marker
 if [ -d /tmp/inductor_cache ]; then
   find /tmp/inductor_cache -type f -exec touch -a -d 2000-01-01 {} + 2>/dev/null
 fi
+pack() {  # tar + xz of the given paths under / into /tmp/caches.txz; prints its size
+  tar cf - -C / "$@" 2>/dev/null | xz -T0 -6 > /tmp/caches.txz; stat -c %s /tmp/caches.txz
+}
 save_caches() {  # $1: where; xz parts of 15 MB (a returned file's limit is 16 MiB), at most
   # ~45 MB in all (the carry's limit is 64 MiB with the tree and the wheels): past it, only
   # the inductor files this call read or wrote; past it still, none of inductor's
-  tar cf - -C / tmp/hc tmp/triton_cache tmp/inductor_cache 2>/dev/null | xz -T0 -6 > /tmp/caches.txz
-  if [ $(stat -c %s /tmp/caches.txz) -gt 45000000 ]; then
-    echo "caches with inductor's: $(stat -c %s /tmp/caches.txz) bytes: inductor's used ones only"
+  local size=$(pack tmp/hc tmp/triton_cache tmp/inductor_cache)
+  if [ $size -gt 45000000 ]; then
+    echo "caches with inductor's: $size bytes: inductor's used ones only"
     (cd / && find tmp/inductor_cache -type f -anewer /tmp/cache_marker 2>/dev/null) > /tmp/used.txt
-    tar cf - -C / tmp/hc tmp/triton_cache -T /tmp/used.txt 2>/dev/null | xz -T0 -6 > /tmp/caches.txz
+    size=$(pack tmp/hc tmp/triton_cache -T /tmp/used.txt)
   fi
-  if [ $(stat -c %s /tmp/caches.txz) -gt 45000000 ]; then
-    echo "caches with inductor's used ones: $(stat -c %s /tmp/caches.txz) bytes: leaving inductor's out"
-    tar cf - -C / tmp/hc tmp/triton_cache 2>/dev/null | xz -T0 -6 > /tmp/caches.txz
+  if [ $size -gt 45000000 ]; then
+    echo "caches with inductor's used ones: $size bytes: leaving inductor's out"
+    size=$(pack tmp/hc tmp/triton_cache)
   fi
   split -b 15000000 /tmp/caches.txz $1/caches.txz.
   echo "caches: $(stat -c %s /tmp/caches.txz) bytes in $(ls $1/caches.txz.* | wc -l) part(s)"

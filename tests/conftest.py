@@ -113,8 +113,8 @@ def cli_env() -> dict[str, str]:
 @functools.cache
 def help_text(program: tuple[str, ...]) -> str:
     """``--help`` of ``("tools/X.py",)`` or ``("hotcompile"[, SUB])``, run once per test session
-    (a Python process importing torch, ~4 s on 2 cores) for every test that reads it
-    (``test_docs``, ``test_tools_help``); asserts that it exits 0."""
+    (a Python process importing torch, ~4 s on 2 cores) for every test that reads it;
+    asserts that it exits 0."""
     if program[0] == "hotcompile":
         argv = [sys.executable, "-m", "hotcompile.cli", *program[1:], "--help"]
     else:
