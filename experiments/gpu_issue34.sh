@@ -189,10 +189,15 @@ elif [ "$part" = static ]; then
   echo "static rc=$?"; tail -5 $OUT/static.log
 elif [ "$part" = peakmoment ]; then
   # which tensors are alive at a step's peak, per variant (session 34): PMODEL (default the
-  # 8B widths) x PMVARIANTS
-  timeout $(upto ${WDEADLINE:-300}) python3 experiments/peak_moment.py --model ${PMODEL:-llama8b} \
-    --variants ${PMVARIANTS:-torchao_float8,hot_fp8,hot_fp8_lean} --out $OUT/peak_moment.md \
-    > $OUT/peakmoment.log 2>&1; echo "peakmoment rc=$?"; grep -E "^\| llama" $OUT/peak_moment.md
+  # 8B widths; several comma-separated, one after another) x PMVARIANTS
+  for pm in $(echo ${PMODEL:-llama8b} | tr , " "); do
+    timeout $(upto ${WDEADLINE:-300}) python3 experiments/peak_moment.py --model $pm \
+      --variants ${PMVARIANTS:-torchao_float8,hot_fp8,hot_fp8_lean} \
+      --out $OUT/peak_moment_$pm.md --modules /tmp/pm_modules/$pm > $OUT/peakmoment_$pm.log 2>&1
+    echo "peakmoment $pm rc=$? $(( $(date +%s)-T0 ))s"; grep -E "^\| llama" $OUT/peak_moment_$pm.md
+  done
+  # the generated modules each step ran, for experiments/backward_liveness.py (xz: ~1 MB)
+  tar -C /tmp -cJf $OUT/pm_modules.txz pm_modules && ls -la $OUT/pm_modules.txz
 elif [ "$part" = placement ]; then
   # where the forward's weight codes go under each compiler, tagged and untagged (session 32)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/weight_codes_placement.py --prefer paper speed \

@@ -27,6 +27,7 @@ import linecache
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -123,7 +124,19 @@ def replay(snapshot: dict, baseline: int) -> dict:
             "pre_freed_at_end": pre_freed, "trace": trace}  # fmt: skip
 
 
-def child(model: str, variant: str, out: str) -> None:
+def _copy_modules(trace: list[dict], variant: str, where: str) -> list[str]:
+    """Copy the generated modules the recorded step ran (named in its trace's frames) to
+    ``where`` as ``<variant>__<name>.py``, for ``experiments/backward_liveness.py`` to replay
+    here, without a GPU."""
+    paths = sorted({f["filename"] for e in trace for f in e.get("frames", [])
+                    if GENERATED.search(f.get("filename", ""))})  # fmt: skip
+    os.makedirs(where, exist_ok=True)
+    for p in paths:
+        shutil.copy(p, os.path.join(where, f"{variant}__{pathlib.Path(p).name}"))
+    return [pathlib.Path(p).name for p in paths]
+
+
+def child(model: str, variant: str, out: str, modules: str = "") -> None:
     import bench_train as bt
     import gpu_script
     from bench_models import MODELS
@@ -155,6 +168,7 @@ def child(model: str, variant: str, out: str) -> None:
     measured = torch.cuda.max_memory_allocated()
     r = replay(snap, baseline)
     trace = r.pop("trace")
+    copied = _copy_modules(trace, variant, modules) if modules else []
     phases = collections.Counter()
     rows = []
     for size, e in sorted(r["live"].values(), key=lambda t: -t[0]):
@@ -184,6 +198,7 @@ def child(model: str, variant: str, out: str) -> None:
         "live_by_phase": dict(phases),
         "live": rows,
         "lead": lead,
+        "modules": copied,
     }
     pathlib.Path(out).write_text(json.dumps(res))
 
@@ -237,11 +252,14 @@ def main() -> None:
     ap.add_argument("--variants", default="torchao_float8,hot_fp8,hot_fp8_lean",
                     help="tools/bench_train.py variants, comma-separated")  # fmt: skip
     ap.add_argument("--out", default="", help="write the markdown here (and .json)")
+    ap.add_argument("--modules", default="",
+                    help="copy the generated modules each variant's step ran into this folder "
+                         "(for experiments/backward_liveness.py)")  # fmt: skip
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "VARIANT", "JSON"),
                     help=argparse.SUPPRESS)  # fmt: skip
     args = ap.parse_args()
     if args.child:
-        child(*args.child)
+        child(*args.child, modules=args.modules)
         return
     if not torch.cuda.is_available():
         raise SystemExit("needs a GPU")
@@ -251,7 +269,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for v in args.variants.split(","):
             path = os.path.join(tmp, f"{v}.json")
-            rc = subprocess.call([sys.executable, __file__, "--child", args.model, v, path])
+            rc = subprocess.call([sys.executable, __file__, "--child", args.model, v, path,
+                                  "--modules", args.modules])  # fmt: skip
             if rc != 0 or not os.path.exists(path):
                 print(f"{v}: failed (rc {rc})", flush=True)
                 continue

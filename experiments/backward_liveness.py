@@ -1,0 +1,204 @@
+"""Replay the memory of one inductor-generated module's ``call`` from its source, no GPU needed.
+
+Why: ``experiments/peak_moment.py`` shows what is alive at a step's peak on the device. To ask
+"what would the peak be if X were freed, or never made" without spending device time, this
+script walks the generated wrapper code line by line (``empty_strided_cuda`` allocations,
+``del``, inductor's ``# reuse`` renames, the arguments the module receives) and tracks the
+bytes alive. Two plans are replayed over the same code order:
+
+- ``reuse``: the code as written (a dead buffer inductor keeps for a later buffer of the same
+  size stays alive until then), which is what the step ran;
+- ``last-use``: every buffer freed after the last line that reads it, a reuse rename being a
+  new buffer: what ``allow_buffer_reuse=False`` gives for the same schedule.
+
+Parameters (``primals_*``) are the model's and never freed here; the returned gradients live
+to the end. Extern ops without ``out=`` are sized from the shapes the code asserts for their
+outputs where it can, and cuDNN's attention backward gets its measured workspace
+(``--sdpa-workspace-mib``). Offsets are relative to the module's start: ``--start-gib`` (what
+the allocator held then, e.g. from ``peak_moment``'s measured peak minus this replay's
+``reuse`` peak) turns them into absolute GiB.
+
+    python3 experiments/backward_liveness.py /tmp/inductor_cache/3u/c3uz....py --top 25
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dataclasses import dataclass, field
+
+ITEMSIZE = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bool": 1,
+}  # fmt: skip
+MIB = 2**20
+
+ALLOC = re.compile(r"^(\w+) = empty_strided_cuda\(\(([^)]*)\), \(([^)]*)\), torch\.(\w+)\)")
+ARG = re.compile(r"^\s*(\w+) = rand_strided\(\(([^)]*)\), \(([^)]*)\), device='cuda:\d+', "
+                 r"dtype=torch\.(\w+)\)")  # fmt: skip
+REUSE = re.compile(r"^(buf\w+) = (?:reinterpret_tensor\()?(buf\w+)\b.*; del \2\s+# reuse")
+TUPLE = re.compile(r"^(buf\w+) = (buf\w+)\[(\d+)\]$")
+EXTERN = re.compile(r"^(buf\w+) = torch\.ops\.\w+\.(\w+)")
+NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def nbytes(shape: str, stride: str, dtype: str) -> int:
+    """Bytes of the storage a ``(shape), (stride)`` tensor spans."""
+    dims = [int(s) for s in shape.replace(" ", "").split(",") if s]
+    steps = [int(s) for s in stride.replace(" ", "").split(",") if s]
+    if any(d == 0 for d in dims):
+        return 0
+    span = 1 + sum((d - 1) * s for d, s in zip(dims, steps, strict=True))
+    return span * ITEMSIZE.get(dtype, 4)
+
+
+@dataclass
+class Storage:
+    size: int
+    what: str
+    line: int
+    names: set[str] = field(default_factory=set)
+
+
+def module_call(path: str) -> tuple[list[str], dict[str, tuple[int, str]]]:
+    """The statements of the (last) ``call`` in a generated module, and its arguments' sizes
+    from the module's own benchmark harness (``rand_strided`` lines)."""
+    src = open(path).read().splitlines()
+    starts = [i for i, s in enumerate(src) if s.strip().startswith("def call(self, args)")]
+    if not starts:
+        raise SystemExit(f"{path}: no `def call(self, args)`: not an inductor output module")
+    body: list[str] = []
+    indent = len(src[starts[-1]]) - len(src[starts[-1]].lstrip())
+    for s in src[starts[-1] + 1 :]:
+        if s.strip() and len(s) - len(s.lstrip()) <= indent:
+            break
+        t = s.strip()
+        if t and not t.startswith("#"):
+            body.append(t)
+    args = {}
+    for s in src:
+        m = ARG.match(s)
+        if m:
+            args[m.group(1)] = (nbytes(m.group(2), m.group(3), m.group(4)), m.group(4))
+    return body, args
+
+
+def replay(body: list[str], args: dict[str, tuple[int, str]], plan: str,
+           sdpa_workspace: int) -> tuple[list[int], list[list[Storage]]]:  # fmt: skip
+    """Bytes alive after each statement of ``body`` (and the storages alive there) under
+    ``plan`` ("reuse" or "last-use")."""
+    last: dict[str, int] = {}
+    for i, s in enumerate(body):
+        r = REUSE.match(s)  # a rename reads nothing: only the new name is used there
+        for n in [r.group(1)] if r else NAME.findall(s.split("; del ")[0]):
+            if not s.startswith("del "):
+                last[n] = i
+    live: dict[str, Storage] = {}  # name -> storage
+    first = body[0].split(" = args")[0] if " = args" in body[0] else ""
+    for n in [x.strip() for x in first.split(",") if x.strip()]:
+        size, dtype = args.get(n, (0, "?"))
+        if not n.startswith("primals_"):
+            live[n] = Storage(size, f"argument {n} ({dtype})", -1, {n})
+    curve: list[int] = []
+    snaps: list[list[Storage]] = []
+
+    def drop(name: str) -> None:
+        st = live.pop(name, None)
+        if st is not None:
+            st.names.discard(name)
+
+    for i, s in enumerate(body):
+        transient = 0
+        for stmt in [p.strip() for p in re.split(r";\s*(?=del |buf)", s.split("  #")[0])]:
+            m, r = ALLOC.match(stmt), REUSE.match(s)
+            if r and stmt.startswith(r.group(1) + " ="):
+                new, old = r.group(1), r.group(2)
+                st = live.get(old)
+                if st is None:
+                    continue
+                if plan == "reuse":
+                    live[new] = st
+                    st.names.add(new)
+                else:
+                    live[new] = Storage(st.size, f"{stmt[:110]}", i, {new})
+                    if plan == "overlap":  # the old one read by the kernel writing the new
+                        later = [j for j in range(i + 1, len(body))
+                                 if new in NAME.findall(body[j])]  # fmt: skip
+                        last[old] = later[0] if later else i
+                continue
+            if stmt.startswith("del "):
+                if plan == "reuse" or " # reuse" not in s:
+                    for n in stmt[4:].split(","):
+                        drop(n.strip())
+                continue
+            if m:
+                size = nbytes(m.group(2), m.group(3), m.group(4))
+                live[m.group(1)] = Storage(size, stmt[:110], i, {m.group(1)})
+                continue
+            t = TUPLE.match(stmt)
+            if t and t.group(2) in live:
+                parent = live[t.group(2)]
+                parts = getattr(parent, "parts", None)
+                size = parent.size // max(parts or 1, 1)
+                live[t.group(1)] = Storage(size, f"{t.group(2)}[{t.group(3)}]", i, {t.group(1)})
+                continue
+            e = EXTERN.match(stmt)
+            if e:
+                size, parts = 0, 1
+                if "attention_backward" in e.group(2):
+                    shape = re.search(r"reinterpret_tensor\(\w+, \(([^)]*)\), \(([^)]*)\)", stmt)
+                    one = nbytes(shape.group(1), shape.group(2), "bfloat16") if shape else 0
+                    size, parts, transient = 3 * one, 3, sdpa_workspace
+                st = Storage(size, stmt[:110], i, {e.group(1)})
+                st.parts = parts  # type: ignore[attr-defined]
+                live[e.group(1)] = st
+        if plan != "reuse":
+            for n in list(live):
+                if last.get(n, -1) <= i and not n.startswith("primals_"):
+                    if any(last.get(o, -1) > i for o in live[n].names if o != n):
+                        continue
+                    drop(n)
+        alive = {id(st): st for st in live.values()}
+        curve.append(sum(st.size for st in alive.values()) + transient)
+        snaps.append(sorted(alive.values(), key=lambda st: -st.size))
+    return curve, snaps
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("module", help="an inductor output module (.py) with a `call`")
+    p.add_argument("--top", type=int, default=20, help="storages to list at each peak")
+    p.add_argument(
+        "--start-gib",
+        type=float,
+        default=0.0,
+        help="GiB the allocator held when the module started (added to offsets)",
+    )
+    p.add_argument(
+        "--sdpa-workspace-mib",
+        type=float,
+        default=129.0,
+        help="cuDNN attention backward's workspace (peak_moment measured 129)",
+    )
+    a = p.parse_args()
+    body, args = module_call(a.module)
+    for plan in ("reuse", "last-use", "overlap"):
+        curve, snaps = replay(body, args, plan, int(a.sdpa_workspace_mib * MIB))
+        at = max(range(len(curve)), key=curve.__getitem__)
+        print(
+            f"\n## {plan}: peak {a.start_gib + curve[at] / 2**30:.3f} GiB "
+            f"(+{curve[at] / 2**30:.3f} in the module) at statement {at} of {len(body)}:"
+        )
+        print(f"    {body[at][:160]}")
+        print("\n| MiB | made at | by |\n|---|---|---|")
+        for st in snaps[at][: a.top]:
+            print(f"| {st.size / MIB:.1f} | {st.line} | `{st.what}` |")
+        rest = snaps[at][a.top :]
+        print(f"| {sum(s.size for s in rest) / MIB:.1f} | | {len(rest)} more |")
+    assert math.isfinite(curve[0])
+
+
+if __name__ == "__main__":
+    main()
