@@ -500,6 +500,47 @@ def _given_gy(spec: LayerSpec, in_features: int, gy: torch.Tensor) -> tuple | No
     return _traced_get(_TRACED_GY, gy, _gy_key(spec, in_features, gy))
 
 
+#: the g_w operand of a g_y made by g_y's producer while a graph is traced, by ``id(g_y)``:
+#: see :class:`HotSwiGLUFunction`
+_TRACED_GW: dict[int, tuple[weakref.ref, tuple, tuple]] = {}
+
+
+def _gw_key(spec: LayerSpec, samples: int, gy: torch.Tensor) -> tuple:
+    """What the g_w operand of ``gy`` (plain rows of ``samples`` sequences) depends on."""
+    return (gy._version, samples, spec.gw_bits, spec.gw_rounding)
+
+
+def _given_gw(spec: LayerSpec, gy3: torch.Tensor, gy: torch.Tensor, grid_w, rows):
+    """The g_w operand ``(codes [O, R], scale)`` of ``gy`` (as ``gy3 [N, S, O]``) if its
+    producer made it for a layer of these settings whose operand is gy's plain rows (traced
+    only), else None."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if not _TRACED_GW or not is_fake(gy) or spec.gw_bits is None:
+        return None
+    if not native.plain_rows(grid_w, tuple(rows), bool(spec.hla_signs and rows)):
+        return None
+    return _traced_get(_TRACED_GW, gy, _gw_key(spec, int(gy3.shape[0]), gy))
+
+
+def _swiglu_gw_request(spec: LayerSpec, g: torch.Tensor) -> tuple[int, int, str] | None:
+    """``(samples, bits, rounding)`` of the g_w operand the gate and up layers of ``spec``
+    will make of their g_y (:func:`_native_weight_grad`: ABC on the native path, plain
+    rows), for the SwiGLU backward to make it instead; None where they make another."""
+    if (
+        spec.lowering != "native"
+        or spec.gw_exact
+        or not spec.abc
+        or spec.gw_bits is None
+        or g.dim() not in (2, 3)
+    ):
+        return None
+    rows = spec.hla_rows if g.dim() == 3 or spec.hla_2d == "batch" else ()
+    if not native.plain_rows(0, tuple(rows), bool(spec.hla_signs and rows)):
+        return None
+    return (int(g.shape[0]) if g.dim() == 3 else 1, spec.gw_bits, spec.gw_rounding)
+
+
 def _shares_gy_amax(spec: LayerSpec, ctx) -> bool:
     """Both gradients on the native path, HQ quantizes g_y, and the g_w operand is g_y's plain
     rows: HQ's kernel takes g_y's max-abs for the g_w codes (one read of g_y fewer)."""
@@ -515,8 +556,11 @@ def _shares_gy_amax(spec: LayerSpec, ctx) -> bool:
     )
 
 
-def _native_weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows, gy_amax=None):
-    """HLA g_w on the native path from what :func:`_native_compress` saved."""
+def _native_weight_grad(
+    spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows, gy_amax=None, given=None
+):  # fmt: skip
+    """HLA g_w on the native path from what :func:`_native_compress` saved; ``given``: g_y's
+    operand as its producer made it (:func:`_given_gw`)."""
     if spec.gw_bits is None:
         return _weight_grad(spec, gy3, saved, grid_w, rows)
     signs = None
@@ -524,8 +568,9 @@ def _native_weight_grad(spec: LayerSpec, gy3: torch.Tensor, saved, grid_w, rows,
         *saved, signs = saved
     xq, sx = saved
     return native.grad_weight(
-        gy3, xq, sx, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs, gy_amax
-    )
+        gy3, xq, sx, grid_w, tuple(rows), spec.gw_bits, spec.gw_rounding, signs, gy_amax,
+        given,
+    )  # fmt: skip
 
 
 def is_empty(t: torch.Tensor) -> bool:
@@ -639,7 +684,10 @@ class HotLinearFunction(torch.autograd.Function):
             else:
                 gy3 = gy.reshape(ctx.x3_ns[0], ctx.x3_ns[1], O)
                 if spec.lowering == "native":
-                    gw = _native_weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows, gy_amax)
+                    given_gw = _given_gw(spec, gy3, gy, ctx.grid_w, ctx.rows)
+                    gw = _native_weight_grad(
+                        spec, gy3, saved, ctx.grid_w, ctx.rows, gy_amax, given_gw
+                    )
                 else:
                     gw = _weight_grad(spec, gy3, saved, ctx.grid_w, ctx.rows)
             gw = gw.to(ctx.w_dtype)
@@ -702,17 +750,20 @@ class HotSwiGLUFunction(torch.autograd.Function):
         spec: LayerSpec = ctx.spec
         fp8, pad = native.gy_operand_layout(ctx.in_features, spec.gx_bits, spec.gx_rounding,
                                             g.device)  # fmt: skip
-        ga, gb, qa, qb = native.swiglu_backward(
-            a, b, g, spec.gx_bits, spec.gx_rounding, fp8, pad, **scales
+        gw = _swiglu_gw_request(spec, g) if is_fake(g) else None
+        ga, gb, qa, qb, w_ops = native.swiglu_backward(
+            a, b, g, spec.gx_bits, spec.gx_rounding, fp8, pad, **scales, gw=gw
         )
         if is_fake(ga):
-            for gy, q in ((ga, qa), (gb, qb)):
+            for i, (gy, q) in enumerate(((ga, qa), (gb, qb))):
                 if q is None:  # no kernel for these rows: the operand as the layer makes it
                     gy2 = gy.reshape(-1, gy.shape[-1])
                     q = native.quantize_gy(
                         gy2, spec.gx_bits, spec.per_token, spec.gx_rounding, fp8, pad, True
                     )
                 _traced_put(_TRACED_GY, gy, _gy_key(spec, ctx.in_features, gy), q)
+                if w_ops is not None:
+                    _traced_put(_TRACED_GW, gy, _gw_key(spec, gw[0], gy), w_ops[i])
         return ga, gb, None, None, None, None, None
 
 

@@ -197,11 +197,46 @@ CHECK = textwrap.dedent("""
         ra, rb = (torch.zeros(1, dtype=torch.int32) for _ in range(2))
         launch_swiglu_hq(_swiglu_hq_kernel, qa, qb, g, ga, gb, ca, sa, cb, sb, ra, rb, 8,
                          "fp8_e4m3", warps=4, a_scale=xa, b_scale=xb)
-        ea, eb, _, _ = swiglu_backward(qa, qb, g, 8, "fp8_e4m3", True, 16, xa, xb)
+        ea, eb, _, _, _ = swiglu_backward(qa, qb, g, 8, "fp8_e4m3", True, 16, xa, xb)
         n += 3
         bad += not (ea.dtype == ga.dtype == torch.bfloat16)
         bad += not torch.allclose(ga.float(), ea.float(), rtol=1e-2, atol=1e-2)
         bad += not torch.allclose(gb.float(), eb.float(), rtol=1e-2, atol=1e-2)
+    # the g_w operands of g_a and g_b made from a, b and g (swiglu_gw) with the max-abs words
+    # of the kernel above, which then stores neither gradient (values=False): what
+    # hla_quantize writes of the stored gradients (plain rows, samples padded to 16 rows)
+    from hotcompile.kernels.hla_triton import hla_quantize
+    from hotcompile.kernels.swiglu_triton import swiglu_gw
+    for N, S, O, bits, rounding, scaled in [(2, 21, 48, 8, "fp8_e4m3", True),
+                                            (3, 16, 64, 4, "pseudo_stochastic", False),
+                                            (1, 37, 40, 8, "nearest", True)]:
+        a, b, g = ((torch.randn(N * S, O) * 2).to(torch.bfloat16) for _ in range(3))
+        g[4, 5] = 60.0  # one large gradient sets both scales
+        xa = xb = None
+        if scaled:
+            (a, xa), (b, xb) = swiglu_codes(a), swiglu_codes(b)
+        l_out = -(-N * S // 16) * 16
+        out = {}
+        for values in (True, False):
+            ga, gb = (torch.empty_like(g) if values else g.new_empty((0, O)) for _ in range(2))
+            ca, cb = (torch.empty((l_out, O), dtype=torch.float8_e4m3fn) for _ in range(2))
+            sa, sb = (torch.empty(l_out) for _ in range(2))
+            ra, rb = (torch.zeros(1, dtype=torch.int32) for _ in range(2))
+            launch_swiglu_hq(_swiglu_hq_kernel, a, b, g, ga, gb, ca, sa, cb, sb, ra, rb, 8,
+                             "fp8_e4m3", warps=4, a_scale=xa, b_scale=xb, values=values)
+            out[values] = (ga, gb, ca, sa, ra, cb, sb, rb)
+        n += 1
+        bad += not all(torch.equal(u.float(), v.float())
+                       for u, v in zip(out[True][2:], out[False][2:]))
+        ga, gb, _, _, ra, _, _, rb = out[True]
+        qa, sqa, qb, sqb = swiglu_gw(a, b, g, xa, xb, ra, rb, N, bits, rounding,
+                                     block_t=16, block_d=32, loop=2)
+        for gy, q, sq, r in ((ga, qa, sqa, ra), (gb, qb, sqb, rb)):
+            rq, rs = hla_quantize(gy.view(N, S, O), 0, (), bits, rounding, out_dtype=q.dtype)
+            n += 1
+            bad += not (q.shape == rq.shape and torch.equal(q.float(), rq.float())
+                        and torch.equal(sq, rs)
+                        and r.item() == gy.float().abs().amax().view(torch.int32).item())
     # the lean plan's forward: rowwise FP8 codes of a and b (the quantizer's bits), and the
     # product's, rounded to a's dtype first, for the down projection's FP8 forward
     from hotcompile.kernels.swiglu_triton import swiglu_codes as kernel_codes

@@ -452,33 +452,59 @@ def test_gradient_feeding_both_kernels_is_written_once() -> None:
     _assert_no_value_stored_twice(src)
 
 
+def _swiglu_code_and_grads(options: dict) -> tuple[str, dict[str, torch.Tensor]]:
+    """One compiled bf16-autocast step of a SwiGLU MLP (256 → 512 → 256, 4 × 64 tokens): its
+    generated code and the gradients of x and the weights."""
+    from test_lowering import SwiGLU
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    model = SwiGLU(256, 512).cuda()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="hot", options=options)
+    x = torch.randn(4, 64, 256, device="cuda", requires_grad=True)
+
+    def run():
+        with torch.autocast("cuda", torch.bfloat16):
+            out = compiled(x)
+        out.float().square().sum().backward()
+
+    src = "\n".join(run_and_get_code(run)[1])
+    return src, {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
+
+
+@pytest.mark.parametrize("abc_swiglu", ["off", "fp8"])
+def test_swiglu_backward_makes_the_gw_codes_and_stores_no_gradient(abc_swiglu, monkeypatch):
+    """The SwiGLU backward makes gate's and up's g_w operands itself
+    (``swiglu_triton.swiglu_gw``, from a, b and g) and its kernel stores neither g_a nor g_b:
+    the gradients are the same bits as when the layers quantize stored g_a / g_b
+    (``hla_codes``), and one ``_swiglu_gw_kernel`` launch replaces those two quantizations."""
+    import hotcompile.autograd as ag
+
+    base = {"recipe": "text", "prefer": "paper", "abc_swiglu": abc_swiglu}
+    src, given = _swiglu_code_and_grads(base)
+    monkeypatch.setattr(ag, "_swiglu_gw_request", lambda spec, g: None)
+    old_src, own = _swiglu_code_and_grads(base)
+    for k in own:
+        assert torch.equal(given[k], own[k]), k
+    launches = re.findall(r"^\s+(\w+)\.run\(", src, re.M)
+    old_launches = re.findall(r"^\s+(\w+)\.run\(", old_src, re.M)
+    assert sum(n.startswith("_swiglu_gw_kernel") for n in launches) == 1, launches
+    hla = lambda ls: sum(n.startswith("_hla_quant_kernel") for n in ls)  # noqa: E731
+    assert hla(launches) == hla(old_launches) - 2, (launches, old_launches)
+    # (the kernel's g_a / g_b arguments: empty [0, 512] tensors that only give their dtype)
+    assert "empty_strided_cuda((0, 512)" in src and "empty_strided_cuda((0, 512)" not in old_src
+
+
 def test_swiglu_hq_writes_both_operands_where_the_gradients_are_made() -> None:
     """``swiglu_hq``: the backward's SwiGLU is one launch of ``_swiglu_hq_kernel``, which also
     writes HQ's operands of g_gate and g_up; HQ's own kernel runs for down's g_y alone, and no
     inductor kernel computes silu's backward. The gradients agree with the unfused step's to
     HOT's noise (the kernel's g_gate is within one bf16 ulp of inductor's, so a code may round
     the other way). First run on the H100 at 4a26a80 (2026-11-27, passed)."""
-    from test_lowering import SwiGLU
-    from torch._inductor.utils import run_and_get_code
-
-    def step(options: dict) -> tuple[str, dict[str, torch.Tensor]]:
-        torch.manual_seed(0)
-        model = SwiGLU(256, 512).cuda()
-        torch._dynamo.reset()
-        compiled = torch.compile(model, backend="hot", options=options)
-        x = torch.randn(4, 64, 256, device="cuda", requires_grad=True)
-
-        def run():
-            with torch.autocast("cuda", torch.bfloat16):
-                out = compiled(x)
-            out.float().square().sum().backward()
-
-        src = "\n".join(run_and_get_code(run)[1])
-        return src, {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
-
     base = {"recipe": "text", "prefer": "paper"}
-    src, fused = step(base)  # swiglu_hq is the default
-    _, plain = step({**base, "swiglu_hq": False})
+    src, fused = _swiglu_code_and_grads(base)  # swiglu_hq is the default
+    _, plain = _swiglu_code_and_grads({**base, "swiglu_hq": False})
     launches = re.findall(r"^\s+(\w+)\.run\(", src, re.M)
     assert sum(n.startswith("_swiglu_hq_kernel") for n in launches) == 1, launches
     assert sum(n.startswith("_hq_quant_kernel") for n in launches) == 1, launches  # down's
@@ -537,7 +563,7 @@ def test_swiglu_backward_kernel_takes_fp8_codes_of_the_8b_width() -> None:
     a, b, gy = ((torch.randn(L, O, device="cuda", generator=g) * 2).bfloat16() for _ in range(3))
     (qa, xa), (qb, xb) = hot.swiglu_codes(a), hot.swiglu_codes(b)
     assert swiglu_triton.supported(qa, "fp8_e4m3") and not swiglu_triton.supported(a, "fp8_e4m3")
-    ga, gb, oa, ob = hot.swiglu_backward(qa, qb, gy, 8, "fp8_e4m3", True, 16, xa, xb)
+    ga, gb, oa, ob, _ = hot.swiglu_backward(qa, qb, gy, 8, "fp8_e4m3", True, 16, xa, xb)
     assert oa is not None and ob is not None  # the fused kernel made HQ's operands
     da, db = dequantize(qa, xa), dequantize(qb, xb)
     ea = torch.ops.aten.silu_backward(gy.float() * db, da)

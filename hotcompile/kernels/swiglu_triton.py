@@ -81,11 +81,14 @@ def _swiglu_hq_kernel(
     xa_ptr, xb_ptr, L, O, L_OUT, O_PAD, stride, stride_c,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr, SCALED: tl.constexpr,
+    VALUES: tl.constexpr = True,
 ):  # fmt: skip
     """SwiGLU backward (``a``: gate's output, ``b``: up's, ``g``: the product's gradient) and
     HQ's codes of both gradients, ``BLOCK_L`` whole rows per program. ``SCALED``: ``a`` and
     ``b`` are FP8 codes saved by the forward (``HotConfig.abc_swiglu``), their values
-    ``code · scale`` with one float32 scale per row (``xa_ptr``, ``xb_ptr``)."""
+    ``code · scale`` with one float32 scale per row (``xa_ptr``, ``xb_ptr``). ``VALUES``
+    False: g_a and g_b are not stored (:func:`swiglu_gw` makes their g_w codes instead);
+    ``ga_ptr``/``gb_ptr`` then only give their dtype."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
     rows64 = rows.to(tl.int64)
@@ -101,8 +104,9 @@ def _swiglu_hq_kernel(
     sig = tl.sigmoid(a)
     ga = (g * b * (sig * (1.0 + a * (1.0 - sig)))).to(ga_ptr.dtype.element_ty)
     gb = (g * (a * sig)).to(gb_ptr.dtype.element_ty)
-    tl.store(ga_ptr + off, ga, mask=mask)
-    tl.store(gb_ptr + off, gb, mask=mask)
+    if VALUES:
+        tl.store(ga_ptr + off, ga, mask=mask)
+        tl.store(gb_ptr + off, gb, mask=mask)
     _hq_rows(ga.to(tl.float32), ca_ptr, sa_ptr, ra_ptr, rows, rows64, cols, L_OUT, O_PAD,
              stride_c, ROUNDING, QMAX, PM, BLOCK_L, BLOCK_O)  # fmt: skip
     _hq_rows(gb.to(tl.float32), cb_ptr, sb_ptr, rb_ptr, rows, rows64, cols, L_OUT, O_PAD,
@@ -138,14 +142,15 @@ def hq_warps(O: int) -> int:
 
 def launch_swiglu_hq(
     kernel, a, b, g, ga, gb, ca, sa, cb, sb, raw_a, raw_b, bits: int, rounding: str,
-    block_l: int = 1, warps: int | None = None, a_scale=None, b_scale=None,
+    block_l: int = 1, warps: int | None = None, a_scale=None, b_scale=None, values: bool = True,
 ) -> None:  # fmt: skip
     """Launch ``_swiglu_hq_kernel`` (or its ``wrap_triton``) over ``[L, O]`` rows into the
     given outputs: ``ga``/``gb`` like ``g``; codes ``[L_out, O]`` and scales ``[L_out]``
     (``L_out >= L``: padded rows get zero codes and scales); ``raw_a``/``raw_b`` zeroed int32
     words. All row-major with a unit column stride, ``a``/``b``/``g`` with one row stride.
     ``a_scale``/``b_scale`` (both or neither): float32 ``[L]``, ``a``/``b`` then FP8 codes.
-    A row is one tile, masked to the next power of two; ``warps``: :func:`hq_warps`."""
+    A row is one tile, masked to the next power of two; ``warps``: :func:`hq_warps`.
+    ``values`` False: ``ga``/``gb`` are not written (any tensors of their dtype)."""
     L, O = a.shape
     l_out = ca.shape[0]
     grid = (triton.cdiv(l_out, block_l),)
@@ -155,7 +160,7 @@ def launch_swiglu_hq(
         a_scale if scaled else sa, b_scale if scaled else sb,
         L, O, l_out, O, a.stride(0), ca.stride(0),
         **code_constexprs(bits, rounding),
-        BLOCK_L=block_l, BLOCK_O=triton.next_power_of_2(O), SCALED=scaled,
+        BLOCK_L=block_l, BLOCK_O=triton.next_power_of_2(O), SCALED=scaled, VALUES=values,
         num_warps=warps or hq_warps(O),
     )  # fmt: skip
 
@@ -424,3 +429,117 @@ def swiglu_abc(
             BLOCK_T=block_t, BLOCK_D=block_d, LOOP=loop, num_warps=warps,
         )  # fmt: skip
     return c, scale
+
+
+# ----------------------------------------------------------------------------- the backward's
+# g_w codes of g_a and g_b, made from what the SwiGLU backward reads instead of from g_a / g_b
+
+
+@triton.jit
+def _swiglu_gw_kernel(
+    a_ptr, b_ptr, g_ptr, xa_ptr, xb_ptr, ra_ptr, rb_ptr, qa_ptr, qb_ptr, sa_ptr, sb_ptr,
+    T_PAD, S, S_PAD, D, R, numel, stride, stride_g,
+    SCALED: tl.constexpr, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP: tl.constexpr,
+):  # fmt: skip
+    """The g_w path's per-tensor codes of g_a and g_b, K-major ``[D, R]`` in plain token rows
+    (each sample padded with zero rows to ``S_PAD``), with the scales from the max-abs words
+    ``ra_ptr``/``rb_ptr`` that ``_swiglu_hq_kernel`` took of the very same values: g_a and
+    g_b are recomputed here from ``a``, ``b`` (values, or ``SCALED`` FP8 codes with row
+    scales ``xa_ptr``/``xb_ptr``) and ``g`` with that kernel's float32 formulas and its one
+    rounding to ``g``'s dtype, tiles of ``[BLOCK_T, BLOCK_D]`` as ``_swiglu_abc_kernel``."""
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    dm = d < D
+    t0 = tl.program_id(0) * (BLOCK_T * LOOP)
+    scale_a = _tensor_scale(ra_ptr, sa_ptr, numel, False, QMAX)
+    scale_b = _tensor_scale(rb_ptr, sb_ptr, numel, False, QMAX)
+    if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+        tl.store(sa_ptr, scale_a)
+        tl.store(sb_ptr, scale_b)
+    for i in range(LOOP):
+        t = t0 + i * BLOCK_T + tl.arange(0, BLOCK_T)
+        s = t % S_PAD
+        ok = (t < T_PAD) & (s < S)
+        tok = ((t // S_PAD) * S + s).to(tl.int64)
+        m = ok[:, None] & dm[None, :]
+        a = tl.load(a_ptr + tok[:, None] * stride + d[None, :], mask=m, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + tok[:, None] * stride + d[None, :], mask=m, other=0.0).to(tl.float32)
+        if SCALED:
+            a = a * tl.load(xa_ptr + tok, mask=ok, other=0.0)[:, None]
+            b = b * tl.load(xb_ptr + tok, mask=ok, other=0.0)[:, None]
+        g = tl.load(g_ptr + tok[:, None] * stride_g + d[None, :], mask=m, other=0.0)
+        dt = g.dtype
+        g = g.to(tl.float32)
+        sig = tl.sigmoid(a)
+        ga = (g * b * (sig * (1.0 + a * (1.0 - sig)))).to(dt).to(tl.float32)
+        gb = (g * (a * sig)).to(dt).to(tl.float32)
+        out = d[None, :] * R + t[:, None]
+        mask = (t < T_PAD)[:, None] & dm[None, :]
+        ca = codes(ga, scale_a, out, 0, ROUNDING, QMAX, PM)
+        tl.store(qa_ptr + out, ca.to(qa_ptr.dtype.element_ty), mask=mask)
+        cb = codes(gb, scale_b, out, 0, ROUNDING, QMAX, PM)
+        tl.store(qb_ptr + out, cb.to(qb_ptr.dtype.element_ty), mask=mask)
+
+
+def supported_gw(
+    a: torch.Tensor, g: torch.Tensor, samples: int, rows, bits: int, rounding: str
+) -> bool:
+    """Whether :func:`swiglu_gw` takes these rows: ``a`` (like ``b``) and ``g`` 2-D ``[L, D]``
+    with unit column strides over ``samples`` sequences of ``L / samples`` tokens whose padded
+    codes have fewer than 2^31 elements, the g_w path's plain rows, the per-tensor roundings
+    without host seeds."""
+    return (
+        a.dim() == 2
+        and g.dim() == 2
+        and a.shape == g.shape
+        and a.stride(-1) == 1
+        and g.stride(-1) == 1
+        and 0 < a.numel()
+        and samples > 0
+        and a.shape[0] % samples == 0
+        and a.shape[1] * samples * padded(a.shape[0] // samples, 16) < 2**31
+        and len(rows) == 0
+        and bits in (4, 8)
+        and rounding in ROUNDING_CODES
+        and rounding != "stochastic"
+        and (rounding != FP8_E4M3 or bits == 8)
+    )
+
+
+def swiglu_gw(
+    a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, a_scale, b_scale, raw_a: torch.Tensor,
+    raw_b: torch.Tensor, samples: int, bits: int, rounding: str, kernel=_swiglu_gw_kernel,
+    block_t: int = ABC_BLOCK_T, block_d: int = ABC_BLOCK_D, warps: int = ABC_WARPS,
+    loop: int = ABC_LOOP,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The g_w operands of a SwiGLU's two gradients, ``(qa, sa, qb, sb)``: what
+    ``hla_triton.hla_quantize`` writes for g_a and for g_b ``[L, D]`` as ``samples``
+    sequences in plain rows, given their max-abs words ``raw_a``/``raw_b`` (the
+    ``_swiglu_hq_kernel`` outputs): codes K-major ``[D, R]`` (e4m3 for ``FP8_E4M3``, else
+    int8) and float32 scales ``[1]``. One launch (:func:`supported_gw`); ``a``, ``b``: values
+    like ``g``, or FP8 codes with float32 row scales ``a_scale``/``b_scale``.
+
+    Why: with it the SwiGLU backward never writes g_a and g_b. They were stored (2 × 2 bytes
+    an element) only for the gate and up layers' g_w codes to read back, because the
+    per-tensor scale waits for the whole tensor's max-abs; here those codes are made from the
+    1-byte (lean plan) or 2-byte inputs the backward reads anyway. At the 8B MLP's widths
+    the two bf16 gradients were 448 MiB alive at the step's peak
+    (``experiments/backward_liveness.py`` on the lean plan's backward)."""
+    L, D = a.shape
+    S = L // samples
+    s_pad = padded(S, 16)
+    R = samples * s_pad
+    out = torch.float8_e4m3fn if rounding == FP8_E4M3 else torch.int8
+    qa = torch.empty((D, R), dtype=out, device=a.device)
+    qb = torch.empty((D, R), dtype=out, device=a.device)
+    sa = torch.empty((1,), dtype=torch.float32, device=a.device)
+    sb = torch.empty((1,), dtype=torch.float32, device=a.device)
+    scaled = a_scale is not None
+    grid = (triton.cdiv(R, block_t * loop), triton.cdiv(D, block_d))
+    kernel[grid](
+        a, b, g, a_scale if scaled else sa, b_scale if scaled else sb, raw_a, raw_b,
+        qa, qb, sa, sb, R, S, s_pad, D, R, float(R * D), a.stride(0), g.stride(0),
+        SCALED=scaled, **code_constexprs(bits, rounding), BLOCK_T=block_t, BLOCK_D=block_d,
+        LOOP=loop, num_warps=warps,
+    )  # fmt: skip
+    return qa, sa, qb, sb

@@ -106,7 +106,8 @@ def swiglu_backward(
     pad_rows_to: int,
     a_scale: torch.Tensor | None = None,
     b_scale: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, tuple | None, tuple | None]:
+    gw: tuple[int, int, str] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, tuple | None, tuple | None, tuple | None]:
     """The backward of ``silu(a) * b`` for its gradient ``g``: ``g_a, g_b``, and with each
     HQ's per-token operand as :func:`quantize_gy` with ``raw_amax`` gives it (codes, scales,
     raw max-abs word), made by the kernel that makes g_a / g_b
@@ -115,6 +116,14 @@ def swiglu_backward(
     ``a_scale``/``b_scale`` (``HotConfig.abc_swiglu``): ``a`` and ``b`` are the forward's FP8
     codes of gate's and up's outputs, ``[rows, O]``, one float32 scale per row
     (:func:`swiglu_codes`).
+
+    ``gw`` ``(samples, bits, rounding)``: the gate and up layers' g_w operand is the plain
+    rows of ``samples`` sequences with these codes. Where the kernels take it, the fifth
+    item is then ``((codes, scale) of g_a, (codes, scale) of g_b)`` as :func:`hla_codes`
+    makes them with the shared max-abs, made from ``a``, ``b`` and ``g``
+    (``swiglu_triton.swiglu_gw``), and the kernel does not store g_a and g_b: the two
+    returned here are ATen that inductor drops where the layers take the given operands
+    (2 × 2 bytes an element never written nor read back). Else None.
 
     The formulas are autograd's (``silu_backward(g·b, a)`` and ``g·silu(a)``): on the CPU
     the same ATen, on CUDA the kernel's float32 arithmetic rounded once to ``g``'s dtype (the
@@ -133,21 +142,35 @@ def swiglu_backward(
 
         fused = swiglu_triton.supported(a2, rounding)
     if fused:
+        given = gw is not None and swiglu_triton.supported_gw(a2, g2, gw[0], (), gw[1], gw[2])
         ga, gb, ca, sa, ra, cb, sb, rb = _triton_ops().swiglu_backward_hq(
             _plain(a2), _plain(b2), _plain(g2), bits, rounding, fp8, pad_rows_to,
-            a_scale, b_scale,
+            a_scale, b_scale, not given,
         )  # fmt: skip
-        return ga.view(g.shape), gb.view(g.shape), (ca, sa, ra), (cb, sb, rb)
-    if scaled:
+        operands = None
+        if given:
+            qa, xa, qb, xb = _triton_ops().swiglu_gw(
+                _plain(a2), _plain(b2), _plain(g2), ra, rb, *gw, a_scale, b_scale
+            )
+            operands = ((qa, xa), (qb, xb))
+            ga, gb = _swiglu_grads(a, b, g, a_scale, b_scale)
+            return ga, gb, (ca, sa, ra), (cb, sb, rb), operands
+        return ga.view(g.shape), gb.view(g.shape), (ca, sa, ra), (cb, sb, rb), None
+    return *_swiglu_grads(a, b, g, a_scale, b_scale), None, None, None
+
+
+def _swiglu_grads(a, b, g, a_scale, b_scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """``g_a, g_b`` (``g``'s shape) of ``silu(a) * b`` as ATen, autograd's formulas: ``a``
+    and ``b`` values like ``g``, or with row scales 2-D FP8 codes, dequantized to float32
+    first."""
+    if a_scale is not None:
         import hotcompile.ops  # noqa: F401  (registers torch.ops.hotcompile)
 
-        a = torch.ops.hotcompile.dequantize_rows(a2, a_scale).view(g.shape)
-        b = torch.ops.hotcompile.dequantize_rows(b2, b_scale).view(g.shape)
+        a = torch.ops.hotcompile.dequantize_rows(a, a_scale).view(g.shape)
+        b = torch.ops.hotcompile.dequantize_rows(b, b_scale).view(g.shape)
         ga = torch.ops.aten.silu_backward(g * b, a).to(g.dtype)
-        return ga, (g * torch.nn.functional.silu(a)).to(g.dtype), None, None
-    ga = torch.ops.aten.silu_backward(g * b, a)
-    gb = g * torch.nn.functional.silu(a)
-    return ga, gb, None, None
+        return ga, (g * torch.nn.functional.silu(a)).to(g.dtype)
+    return torch.ops.aten.silu_backward(g * b, a), g * torch.nn.functional.silu(a)
 
 
 def swiglu_codes(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -422,15 +445,21 @@ def grad_weight(
     rounding: str,
     signs: torch.Tensor | None,
     gy_amax: torch.Tensor | None = None,
+    given: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """HLA g_w ``[O, I]`` float32 from ``gy3 [N, S, O]`` and the saved ``xq [R, I]``
     (column-major, as :func:`compress` returns it): ``s_g·s_x·(g̃qᵀ·x̃q)/16`` (no /16 without
     HLA), times n/r with signs (the unbiasing factor of ``hla_signs``). ``gy_amax``: g_y's
-    max-abs bits from :func:`grad_input_codes` (plain rows only)."""
+    max-abs bits from :func:`grad_input_codes` (plain rows only). ``given``: g_y's operand
+    ``(codes [O, R], scale)`` as :func:`hla_codes` makes it, made by g_y's producer
+    (:func:`swiglu_backward`'s ``gw``); gy3 is then not read."""
     O, I = gy3.shape[-1], xq.shape[1]
     if gy3.numel() == 0 or xq.shape[0] == 0:  # no tokens: nothing to sum
         return gy3.new_zeros((O, I), dtype=torch.float32)
-    gqt, sg = hla_codes(gy3, grid_w, rows, bits, rounding, signs, gy_amax)  # [O, R]
+    if given is not None:
+        gqt, sg = given
+    else:
+        gqt, sg = hla_codes(gy3, grid_w, rows, bits, rounding, signs, gy_amax)  # [O, R]
     scale = sg * sx / (16 if rows else 1)
     R = gqt.shape[1]
     if rounding == FP8_E4M3:

@@ -27,6 +27,7 @@ from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
 from hotcompile.kernels.swiglu_triton import (
     _swiglu_abc_kernel,
     _swiglu_codes_kernel,
+    _swiglu_gw_kernel,
     _swiglu_hq_kernel,
     launch_swiglu_hq,
 )
@@ -40,7 +41,7 @@ LIB = "hotcompile_lowering"
 ttir_cache.install(
     (
         _hq_quant_kernel, _hla_quant_kernel, _swiglu_hq_kernel, _swiglu_codes_kernel,
-        _swiglu_abc_kernel, _weight_operands_kernel,
+        _swiglu_abc_kernel, _swiglu_gw_kernel, _weight_operands_kernel,
     )
 )  # fmt: skip
 
@@ -167,6 +168,7 @@ def swiglu_backward_hq(
     pad_rows_to: int,
     a_scale: torch.Tensor | None = None,
     b_scale: torch.Tensor | None = None,
+    values: bool = True,
 ) -> tuple[
     torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
     torch.Tensor, torch.Tensor,
@@ -176,11 +178,15 @@ def swiglu_backward_hq(
     ``g_a, g_b`` (``g``'s dtype), then for each of them what :func:`hq_quantize` returns with
     ``raw_amax`` (codes ``[padded(L, pad_rows_to), O]``, scales, the raw max-abs word). One
     launch. ``a_scale``/``b_scale``: ``a`` and ``b`` are FP8 codes with these float32 row
-    scales (``HotConfig.abc_swiglu``)."""
+    scales (``HotConfig.abc_swiglu``). ``values`` False: ``g_a``, ``g_b`` are not written and
+    come back ``[0, O]`` (:func:`swiglu_gw` makes their g_w codes)."""
     a, b, g = (t if t.is_contiguous() else t.contiguous() for t in (a, b, g))
     L, O = a.shape
     l_out = padded(L, pad_rows_to)
-    ga, gb = torch.empty_like(g), torch.empty_like(g)
+    if values:
+        ga, gb = torch.empty_like(g), torch.empty_like(g)
+    else:
+        ga, gb = (g.new_empty((0, O)) for _ in range(2))
     ca = torch.empty((l_out, O), dtype=_code_dtype(fp8), device=a.device)
     cb = torch.empty((l_out, O), dtype=_code_dtype(fp8), device=a.device)
     sa = torch.empty((l_out,), dtype=torch.float32, device=a.device)
@@ -189,9 +195,33 @@ def swiglu_backward_hq(
     rb = torch.zeros((1,), dtype=torch.int32, device=a.device)
     launch_swiglu_hq(
         wrap_triton(_swiglu_hq_kernel), a, b, g, ga, gb, ca, sa, cb, sb, ra, rb, bits, rounding,
-        a_scale=a_scale, b_scale=b_scale,
+        a_scale=a_scale, b_scale=b_scale, values=values,
     )  # fmt: skip
     return ga, gb, ca, sa, ra, cb, sb, rb
+
+
+@triton_op(f"{LIB}::swiglu_gw", mutates_args=())
+def swiglu_gw(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    g: torch.Tensor,
+    raw_a: torch.Tensor,
+    raw_b: torch.Tensor,
+    samples: int,
+    bits: int,
+    rounding: str,
+    a_scale: torch.Tensor | None = None,
+    b_scale: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The g_w operands (codes K-major ``[O, R]``, scale ``[1]``) of a SwiGLU's g_a and g_b
+    ``[L, O]``, as :func:`hla_quantize` writes them for the plain rows of ``samples``
+    sequences with the max-abs words ``raw_a``/``raw_b`` of :func:`swiglu_backward_hq`,
+    recomputed from that op's inputs (``hotcompile.kernels.swiglu_triton.swiglu_gw``)."""
+    a, b, g = (t if t.is_contiguous() else t.contiguous() for t in (a, b, g))
+    return swiglu_triton.swiglu_gw(
+        a, b, g, a_scale, b_scale, raw_a, raw_b, samples, bits, rounding,
+        kernel=wrap_triton(_swiglu_gw_kernel),
+    )  # fmt: skip
 
 
 @triton_op(f"{LIB}::swiglu_codes", mutates_args=())
