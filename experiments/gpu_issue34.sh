@@ -198,6 +198,10 @@ elif [ "$part" = peakmoment ]; then
   done
   # the generated modules each step ran, for experiments/backward_liveness.py (xz: ~1 MB)
   tar -C /tmp -cJf $OUT/pm_modules.txz pm_modules && ls -la $OUT/pm_modules.txz
+elif [ "$part" = probe ]; then
+  # a one-off probe script PROBE (experiments/...), given its output folder, cut at PDEADLINE s
+  mkdir -p $OUT/probe; timeout $(upto ${PDEADLINE:-120}) python3 $PROBE $OUT/probe \
+    > $OUT/probe/log.txt 2>&1; echo "probe rc=$?"; tail -${PTAIL:-8} $OUT/probe/log.txt
 elif [ "$part" = placement ]; then
   # where the forward's weight codes go under each compiler, tagged and untagged (session 32)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/weight_codes_placement.py --prefer paper speed \

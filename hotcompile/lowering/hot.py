@@ -156,7 +156,14 @@ def swiglu_backward(
             ga, gb = _swiglu_grads(a, b, g, a_scale, b_scale)
             return ga, gb, (ca, sa, ra), (cb, sb, rb), operands
         return ga.view(g.shape), gb.view(g.shape), (ca, sa, ra), (cb, sb, rb), None
-    return *_swiglu_grads(a, b, g, a_scale, b_scale), None, None, None
+    ga, gb = _swiglu_grads(a, b, g, a_scale, b_scale)
+    operands = None
+    if gw is not None:  # the layers' own quantizer, run here: the same operands, one place
+        samples, bits_w, rounding_w = gw
+        operands = tuple(
+            hla_codes(t.reshape(samples, -1, O), 0, (), bits_w, rounding_w, None) for t in (ga, gb)
+        )
+    return ga, gb, None, None, operands
 
 
 def _swiglu_grads(a, b, g, a_scale, b_scale) -> tuple[torch.Tensor, torch.Tensor]:
