@@ -185,8 +185,13 @@ def test_lean_step_runs_the_swiglu_codes_kernel(monkeypatch):
     assert sum(n.startswith("_swiglu_codes_kernel") for n in launches) == 1, launches
     assert not any("silu" in n for n in re.findall(r"def (triton_\w+)\(", forward))
     # the backward re-derives down's ABC codes from a's and b's codes in one kernel of its
-    # own (swiglu_abc): no inductor kernel makes the product there either
-    assert not any("silu" in n for n in re.findall(r"def (triton_\w+)\(", backward))
+    # own (swiglu_abc): no inductor kernel makes the product there either. (The one inductor
+    # kernel with silu there sums gate's and up's g_y for their biases, which this model
+    # has: the SwiGLU backward stores no g_y since it makes their g_w codes itself, so the
+    # bias gradients recompute it as they sum it; session 35's probe,
+    # experiments/results/swiglu_gw_probe.md.)
+    silu = [n for n in re.findall(r"def (triton_\w+)\(", backward) if "silu" in n]
+    assert all(n.startswith("triton_") and "silu_backward_sum" in n for n in silu), silu
     assert re.search(r"^\s+_swiglu_abc_kernel\w*\.run\(", backward, re.M), "no ABC kernel"
     monkeypatch.setattr(rewrite, "_fp8_forward_reader", lambda node: False)
     _, own = step()
