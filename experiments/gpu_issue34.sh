@@ -107,15 +107,24 @@
 # buffers inductor holds for reuse) | 8B with allow_buffer_reuse off on both sides (run 87:
 # hot_fp8_noreuse 1.047x at 0.962x; torchao_noreuse itself 0.965x); the Llama bench after it
 # was cut in a cold inductor compile (caches of call 2 came back without inductor's).
-# Next: (1) fsdp2 on nvidia-h200-x2 with FSDP="inductor hot_fp8 torchao_float8" and NPROC=1
-# FSDP=hot_fp8 (not re-run since session 26); (2) llama:torchao_float8,hot_fp8,hot_fp8_noreuse,
-# torchao_float8_noreuse (is reuse off worth the backend's default under forward="fp8"? 8B:
-# -0.28 GiB at the same step, but torchao gains more from it); (3) peakmoment with
-# PMVARIANTS=hot_fp8_lean_noreuse,hot_fp8_noreuse: where lean's peak goes once reuse is off
-# (0.14 GiB short of 0.95x torchao at the 8B widths); (4) the lean backward's max-abs from
-# per-row maxima stored without an atomic (lean's speed on the 0.67B Llama, 1.00x torchao).
-# The first call's save_caches keeps only the inductor files it used when all would not fit
-# (gpu_env.sh, session 34: not yet run on the device): check its "caches:" line.
+# Session 35 (one GPU only, 3 calls, tools/results/fp8_forward_h200_s35.md): peakmoment
+# PMODEL=llama8b,llama PMVARIANTS=hot_fp8_lean_noreuse,torchao_float8_noreuse,hot_fp8,
+# torchao_float8 with the modules copied (experiments/backward_liveness.py replays them on the
+# CPU: the measured peaks to 0.01 GiB; with reuse off the lean peak sat over the SwiGLU
+# backward's stored g_a / g_b, so swiglu_gw makes the g_w codes and nothing stores them) |
+# fp8tests LOWK=swiglu... (lowering 10 passed; test_fp8_gpu 6 passed, 1 failed: bias sums)
+# + 8B torchao,hot_fp8_lean_noreuse,hot_fp8,hot_fp8_lean (run 88: lean_noreuse 0.948x
+# torchao's peak at 1.023x its step) | probe (experiments/swiglu_gw_probe.py) + Llama
+# torchao,hot_fp8_lean_noreuse,inductor,hot,hot_fp8 (run 89: hot_fp8 1.032x, lean_noreuse
+# 0.887x peak at 1.006x, default 1.09x inductor).
+# Next: (1) fp8tests LOWK=swiglu at the final commit (test_lean_step_runs_the_swiglu_codes_kernel
+# was narrowed after its failure and not re-run); (2) fsdp2 on nvidia-h200-x2 when lent
+# (FSDP="inductor hot_fp8 torchao_float8", NPROC=1 FSDP=hot_fp8; not re-run since session 26);
+# (3) llama8b:torchao_float8,hot_fp8_lean_noreuse twice more: is 1.03x and 0.95x one run's
+# result (run 87 1.030x before the change, run 88 1.023x after)? (4) where lean's remaining
+# step time goes on the 0.67B Llama (1.006x torchao; hot_fp8 1.032x): profile
+# PVARIANTS=hot_fp8,hot_fp8_lean_noreuse; (5) whether allow_buffer_reuse off is worth a
+# default of prefer="memory" (lower in each of the 6 pairs measured on the Llamas; no ViT).
 # peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).

@@ -46,3 +46,43 @@ def test_peak_moment_replays_the_allocators_trace(tmp_path) -> None:
     assert label["call"].startswith("triton_poi_fused_mul_silu_0.run(buf3, buf5")
     assert label["nodes"].startswith("[silu, mul]")
     assert mod._phase(bwd) == "backward" and mod._phase(gen) == "forward"
+
+
+def test_backward_liveness_replays_a_generated_module(tmp_path) -> None:
+    """``experiments/backward_liveness.py`` replays a generated module's memory from its
+    source: arguments sized from the harness, allocations, inductor's ``# reuse`` renames
+    (kept alive as written, a new buffer at the last use otherwise), ``del`` and the
+    returned gradient; ``extern_kernels.mm`` is no use of an argument named ``mm``."""
+    mod = load_tool("backward_liveness.py", "experiments")
+    code = tmp_path / "c.py"
+    code.write_text(
+        "class Runner:\n"
+        "    def call(self, args):\n"
+        "        primals_1, mm, tangents_1 = args\n"
+        "        args.clear()\n"
+        "        buf0 = empty_strided_cuda((1024, ), (1, ), torch.float32)\n"  # 4 KiB
+        "        triton_poi_0.run(mm, buf0, stream=stream0)\n"
+        "        del mm\n"
+        "        buf1 = empty_strided_cuda((512, ), (1, ), torch.bfloat16)\n"  # 1 KiB
+        "        extern_kernels.mm(buf0, primals_1, out=buf1)\n"
+        "        buf2 = reinterpret_tensor(buf0, (1024, ), (1, ), 0); del buf0  # reuse\n"
+        "        triton_poi_1.run(buf1, buf2, stream=stream0)\n"
+        "        del buf1\n"
+        "        return (buf2, )\n"
+        "def get_args():\n"
+        "    primals_1 = rand_strided((64, 64), (64, 1), device='cuda:0', dtype=torch.float32)\n"
+        "    mm = rand_strided((2048, ), (1, ), device='cuda:0', dtype=torch.bfloat16)\n"
+        "    tangents_1 = rand_strided((), (), device='cuda:0', dtype=torch.float32)\n"
+    )
+    body, args = mod.module_call(str(code))
+    assert args["mm"] == (4096, "bfloat16") and args["primals_1"][0] == 64 * 64 * 4
+    t = 4  # tangents_1, a float32 scalar, never deleted
+    written, _ = mod.replay(body, args, "as-written", 0)
+    # mm 4 KiB until its del; buf0 4 KiB; buf1 1 KiB; buf0's storage lives on as buf2
+    assert max(written) == 4096 + 4096 + t and written[-1] == 4096 + t
+    assert written[body.index("del buf1")] == 4096 + t
+    last, snaps = mod.replay(body, args, "last-use", 0)
+    # mm freed after the kernel that reads it (not at the `mm` of extern_kernels.mm), and
+    # tangents_1, which nothing reads, at once
+    assert last[body.index("del mm")] == 4096 and max(last) == 4096 + 4096
+    assert last[-1] == 4096 and [s.size for s in snaps[-1]] == [4096]

@@ -5,10 +5,12 @@ up in one elementwise kernel, the SwiGLU backward, and HQ then reads each g_y ag
 per-token codes. HQ's scale is per token — the max over one whole transformed row — so a kernel
 that holds whole rows can write the codes where g_y is made: ``_swiglu_hq_kernel`` reads
 gate's output ``a``, up's ``b`` and the product's gradient ``g`` once, writes
-``g_a = g·b·silu'(a)`` and ``g_b = g·silu(a)`` in ``a``'s dtype (the g_w codes still read them:
-their per-tensor scale waits for the whole g_y), and HQ's codes, scales and raw max-abs word
-of each, as ``hq_triton._hq_quant_kernel`` writes them (``hotcompile.lowering.hot.quantize_gy``
-of the kernel's own g_a / g_b, bit for bit).
+``g_a = g·b·silu'(a)`` and ``g_b = g·silu(a)`` in ``a``'s dtype, and HQ's codes, scales and raw
+max-abs word of each, as ``hq_triton._hq_quant_kernel`` writes them
+(``hotcompile.lowering.hot.quantize_gy`` of the kernel's own g_a / g_b, bit for bit). The
+gate and up layers' g_w codes (per tensor: they wait for the whole g_y's max-abs) are made by
+a second kernel from the same inputs and those max-abs words (:func:`swiglu_gw`, since
+session 35), so the step stores neither g_a nor g_b (``VALUES=False``).
 
 Measured on the H100 (``experiments/swiglu_hq.py`` → ``experiments/results/swiglu_hq_h100.md``,
 the Llama's 8192 × 8192): 301.7 µs against 371.4 for inductor's SwiGLU backward then HQ twice;
