@@ -505,28 +505,34 @@ def _given_gy(spec: LayerSpec, in_features: int, gy: torch.Tensor) -> tuple | No
 _TRACED_GW: dict[int, tuple[weakref.ref, tuple, tuple]] = {}
 
 
-def _gw_key(spec: LayerSpec, samples: int, gy: torch.Tensor) -> tuple:
-    """What the g_w operand of ``gy`` (plain rows of ``samples`` sequences) depends on."""
-    return (gy._version, samples, spec.gw_bits, spec.gw_rounding)
+def _gw_key(spec: LayerSpec, gy: torch.Tensor) -> tuple:
+    """What the g_w operand of ``gy`` depends on besides its samples (kept with it)."""
+    return (gy._version, spec.gw_bits, spec.gw_rounding)
 
 
 def _given_gw(spec: LayerSpec, gy3: torch.Tensor, gy: torch.Tensor, grid_w, rows):
     """The g_w operand ``(codes [O, R], scale)`` of ``gy`` (as ``gy3 [N, S, O]``) if its
-    producer made it for a layer of these settings whose operand is gy's plain rows (traced
-    only), else None."""
+    producer made it for a layer of these settings whose operand is gy's plain rows over as
+    many samples (traced only), else None. The samples are compared without a guard: a
+    dynamic batch stays dynamic."""
     from torch._subclasses.fake_tensor import is_fake
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     if not _TRACED_GW or not is_fake(gy) or spec.gw_bits is None:
         return None
     if not native.plain_rows(grid_w, tuple(rows), bool(spec.hla_signs and rows)):
         return None
-    return _traced_get(_TRACED_GW, gy, _gw_key(spec, int(gy3.shape[0]), gy))
+    kept = _traced_get(_TRACED_GW, gy, _gw_key(spec, gy))
+    if kept is None or not statically_known_true(gy3.shape[0] == kept[0]):
+        return None
+    return kept[1]
 
 
-def _swiglu_gw_request(spec: LayerSpec, g: torch.Tensor) -> tuple[int, int, str] | None:
+def _swiglu_gw_request(spec: LayerSpec, g: torch.Tensor) -> tuple | None:
     """``(samples, bits, rounding)`` of the g_w operand the gate and up layers of ``spec``
     will make of their g_y (:func:`_native_weight_grad`: ABC on the native path, plain
-    rows), for the SwiGLU backward to make it instead; None where they make another."""
+    rows), for the SwiGLU backward to make it instead; None where they make another.
+    ``samples``: ``g``'s first size as it is (a symbolic size is not specialized)."""
     if (
         spec.lowering != "native"
         or spec.gw_exact
@@ -538,7 +544,7 @@ def _swiglu_gw_request(spec: LayerSpec, g: torch.Tensor) -> tuple[int, int, str]
     rows = spec.hla_rows if g.dim() == 3 or spec.hla_2d == "batch" else ()
     if not native.plain_rows(0, tuple(rows), bool(spec.hla_signs and rows)):
         return None
-    return (int(g.shape[0]) if g.dim() == 3 else 1, spec.gw_bits, spec.gw_rounding)
+    return (g.shape[0] if g.dim() == 3 else 1, spec.gw_bits, spec.gw_rounding)
 
 
 def _shares_gy_amax(spec: LayerSpec, ctx) -> bool:
@@ -763,7 +769,7 @@ class HotSwiGLUFunction(torch.autograd.Function):
                     )
                 _traced_put(_TRACED_GY, gy, _gy_key(spec, ctx.in_features, gy), q)
                 if w_ops is not None:
-                    _traced_put(_TRACED_GW, gy, _gw_key(spec, gw[0], gy), w_ops[i])
+                    _traced_put(_TRACED_GW, gy, _gw_key(spec, gy), (gw[0], w_ops[i]))
         return ga, gb, None, None, None, None, None
 
 

@@ -769,6 +769,35 @@ def test_swiglu_hq_makes_both_operands_in_the_swiglu_backward(
     assert not ag._TRACED_GY  # nothing kept once the traces are gone
 
 
+def test_swiglu_gw_operands_keep_a_dynamic_batch_dynamic(monkeypatch) -> None:
+    """The SwiGLU backward makes gate's and up's g_w operands (``swiglu_hq``): under
+    ``dynamic=True`` the batch stays symbolic (one compile for four batch sizes whose tokens
+    are multiples of 16; session 35's first version specialized it), and the layers take the
+    operands (``native.grad_weight`` sees them ``given``)."""
+    from hotcompile.lowering import hot as native
+
+    given: list[bool] = []
+    real = native.grad_weight
+
+    def spy(gy3, *args):
+        given.append(len(args) > 8 and args[8] is not None)
+        return real(gy3, *args)
+
+    monkeypatch.setattr(native, "grad_weight", spy)
+    be = hotcompile.HotBackend(compiler="aot_eager", lowering="native", recipe="text",
+                               prefer="paper")  # fmt: skip
+    torch.manual_seed(0)
+    net = SwiGLU(32, 64)
+    c = torch.compile(net, backend=be, dynamic=True)
+    compiles = []
+    for b, t in [(2, 16), (3, 16), (5, 16), (4, 32)]:
+        c(torch.randn(b, t, 32)).square().sum().backward()
+        assert all(torch.isfinite(p.grad).all() for p in net.parameters())
+        compiles.append(len(be.records))
+    assert compiles == [1, 1, 1, 1], compiles
+    assert given.count(True) == 2 and given.count(False) == 1, given  # gate, up; down
+
+
 def test_swiglu_hq_is_in_the_plan() -> None:
     """The plan table says where gate's and up's g_y codes come from under ``swiglu_hq`` (the
     default), so ``hotcompile report`` / ``hotcompile.plans()`` show the fusion; down, whose

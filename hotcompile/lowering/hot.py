@@ -106,7 +106,7 @@ def swiglu_backward(
     pad_rows_to: int,
     a_scale: torch.Tensor | None = None,
     b_scale: torch.Tensor | None = None,
-    gw: tuple[int, int, str] | None = None,
+    gw: tuple | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, tuple | None, tuple | None, tuple | None]:
     """The backward of ``silu(a) * b`` for its gradient ``g``: ``g_a, g_b``, and with each
     HQ's per-token operand as :func:`quantize_gy` with ``raw_amax`` gives it (codes, scales,
