@@ -123,7 +123,9 @@ def swiglu_backward(
     makes them with the shared max-abs, made from ``a``, ``b`` and ``g``
     (``swiglu_triton.swiglu_gw``), and the kernel does not store g_a and g_b: the two
     returned here are ATen that inductor drops where the layers take the given operands
-    (2 × 2 bytes an element never written nor read back). Else None.
+    (2 × 2 bytes an element never written nor read back). Off CUDA the same operands come
+    from :func:`hla_codes` of the returned gradients. Else (CUDA rows the kernels do not
+    take) None: the layers make theirs.
 
     The formulas are autograd's (``silu_backward(g·b, a)`` and ``g·silu(a)``): on the CPU
     the same ATen, on CUDA the kernel's float32 arithmetic rounded once to ``g``'s dtype (the
@@ -158,7 +160,10 @@ def swiglu_backward(
         return ga.view(g.shape), gb.view(g.shape), (ca, sa, ra), (cb, sb, rb), None
     ga, gb = _swiglu_grads(a, b, g, a_scale, b_scale)
     operands = None
-    if gw is not None:  # the layers' own quantizer, run here: the same operands, one place
+    if gw is not None and not use_triton(g2):
+        # the layers' own ATen quantizer, run here: the same operands, and the CPU tests reach
+        # the given-operand path. (Not on CUDA: there the layers' codes take the max-abs
+        # word of their HQ kernel's pass over g_y, one pass where this would make two.)
         samples, bits_w, rounding_w = gw
         operands = tuple(
             hla_codes(t.reshape(samples, -1, O), 0, (), bits_w, rounding_w, None) for t in (ga, gb)
