@@ -381,16 +381,42 @@ def supported_abc(
         and ca.dtype == cb.dtype == torch.float8_e4m3fn
         and ca.is_contiguous()
         and cb.is_contiguous()
-        and 0 < ca.numel()
+        and _plain_codes_fit(ca, samples, rows, bits, rounding)
+        and dtype in PRODUCT_ROUND
+    )
+
+
+def _plain_rows(L: int, samples: int) -> tuple[int, int, int]:
+    """``(S, S_PAD, R)`` of ``L`` tokens as ``samples`` sequences: tokens a sample, padded to a
+    multiple of 16, and the padded rows in all (the g_w path's plain-row layout)."""
+    S = L // samples
+    s_pad = padded(S, 16)
+    return S, s_pad, samples * s_pad
+
+
+def _plain_codes(D: int, R: int, rounding: str, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Empty K-major codes ``[D, R]`` (e4m3 for ``FP8_E4M3``, else int8) and a float32
+    scale ``[1]``, as ``hla_triton.hla_quantize`` writes the g_w path's operands."""
+    out = torch.float8_e4m3fn if rounding == FP8_E4M3 else torch.int8
+    return (torch.empty((D, R), dtype=out, device=device),
+            torch.empty((1,), dtype=torch.float32, device=device))  # fmt: skip
+
+
+def _plain_codes_fit(t: torch.Tensor, samples: int, rows, bits: int, rounding: str) -> bool:
+    """``t`` ``[L, D]`` (2-D) as ``samples`` sequences of ``L / samples`` tokens takes the
+    per-tensor codes of the g_w path's plain rows, K-major with each sample padded to 16
+    rows: fewer than 2^31 padded codes (the kernels' offsets are int32), no HLA rows, a
+    per-tensor rounding without host seeds."""
+    return (
+        0 < t.numel()
         and samples > 0
-        and ca.shape[0] % samples == 0
-        and ca.shape[1] * samples * padded(ca.shape[0] // samples, 16) < 2**31
+        and t.shape[0] % samples == 0
+        and t.shape[1] * samples * padded(t.shape[0] // samples, 16) < 2**31
         and len(rows) == 0
         and bits in (4, 8)
         and rounding in ROUNDING_CODES
         and rounding != "stochastic"
         and (rounding != FP8_E4M3 or bits == 8)
-        and dtype in PRODUCT_ROUND
     )
 
 
@@ -416,12 +442,8 @@ def swiglu_abc(
     ``kernel``: ``wrap_triton``'s under a ``triton_op``; ``words``: a zeroed int32 word there
     (else a scratch one)."""
     L, D = ca.shape
-    S = L // samples
-    s_pad = padded(S, 16)
-    R = samples * s_pad
-    out = torch.float8_e4m3fn if rounding == FP8_E4M3 else torch.int8
-    c = torch.empty((D, R), dtype=out, device=ca.device)
-    scale = torch.empty((1,), dtype=torch.float32, device=ca.device)
+    S, s_pad, R = _plain_rows(L, samples)
+    c, scale = _plain_codes(D, R, rounding, ca.device)
     words = words if words is not None else scratch.zeroed(ca.device, 1)
     grid = (triton.cdiv(R, block_t * loop), triton.cdiv(D, block_d))
     for mode in (1, 2):
@@ -496,15 +518,7 @@ def supported_gw(
         and a.shape == g.shape
         and a.stride(-1) == 1
         and g.stride(-1) == 1
-        and 0 < a.numel()
-        and samples > 0
-        and a.shape[0] % samples == 0
-        and a.shape[1] * samples * padded(a.shape[0] // samples, 16) < 2**31
-        and len(rows) == 0
-        and bits in (4, 8)
-        and rounding in ROUNDING_CODES
-        and rounding != "stochastic"
-        and (rounding != FP8_E4M3 or bits == 8)
+        and _plain_codes_fit(a, samples, rows, bits, rounding)
     )
 
 
@@ -528,14 +542,9 @@ def swiglu_gw(
     the two bf16 gradients were 448 MiB alive at the step's peak
     (``experiments/backward_liveness.py`` on the lean plan's backward)."""
     L, D = a.shape
-    S = L // samples
-    s_pad = padded(S, 16)
-    R = samples * s_pad
-    out = torch.float8_e4m3fn if rounding == FP8_E4M3 else torch.int8
-    qa = torch.empty((D, R), dtype=out, device=a.device)
-    qb = torch.empty((D, R), dtype=out, device=a.device)
-    sa = torch.empty((1,), dtype=torch.float32, device=a.device)
-    sb = torch.empty((1,), dtype=torch.float32, device=a.device)
+    S, s_pad, R = _plain_rows(L, samples)
+    qa, sa = _plain_codes(D, R, rounding, a.device)
+    qb, sb = _plain_codes(D, R, rounding, a.device)
     scaled = a_scale is not None
     grid = (triton.cdiv(R, block_t * loop), triton.cdiv(D, block_d))
     kernel[grid](
