@@ -23,6 +23,12 @@ attention backward gets its three outputs and the workspace peak_moment measured
 started (peak_moment's measured peak minus this replay's as-written peak).
 
     python3 experiments/backward_liveness.py /tmp/inductor_cache/3u/c3uz....py --top 25
+    python3 experiments/backward_liveness.py MODULE --never '_swiglu_hq_kernel'   # without X
+
+``--never REGEX``: allocations whose line, or the call that writes them, matches take no
+memory. On the lean plan's 8B backward with reuse off, ``--never _swiglu_hq_kernel`` (the
+buffers the SwiGLU backward kernel writes) gives 10.974 GiB, the end of the backward: what
+run 88 then measured (10.97) once the kernel stored no g_a / g_b.
 
 Modules to replay: ``experiments/peak_moment.py --modules DIR`` copies those a step ran;
 session 35's are in ``experiments/results/backward_modules_s35.txz``.
@@ -91,10 +97,22 @@ def module_call(path: str) -> tuple[list[str], dict[str, tuple[int, str]]]:
     return body, args
 
 
-def replay(body: list[str], args: dict[str, tuple[int, str]], plan: str,
-           sdpa_workspace: int) -> tuple[list[int], list[list[Storage]]]:  # fmt: skip
+def _writer(body: list[str], i: int, name: str) -> str:
+    """The allocation at ``body[i]`` and the first later line that passes ``name`` to a
+    call (the kernel that writes it), for ``--never`` to match either."""
+    for s in body[i + 1 : i + 40]:
+        if "(" in s and re.search(rf"\b{name}\b", s) and not s.startswith("del "):
+            return body[i] + "\n" + s
+    return body[i]
+
+
+def replay(
+    body: list[str], args: dict[str, tuple[int, str]], plan: str, sdpa_workspace: int,
+    never: str = "",
+) -> tuple[list[int], list[list[Storage]]]:  # fmt: skip
     """Bytes alive after each statement of ``body`` (and the storages alive there) under
-    ``plan`` ("as-written" or "last-use")."""
+    ``plan`` ("as-written" or "last-use"); ``never``: a regex of allocations (or of the calls
+    that write them) that take no memory."""
     last: dict[str, int] = {}
     for i, s in enumerate(body):
         r = REUSE.match(s)  # a rename reads nothing: only the new name is used there
@@ -137,6 +155,8 @@ def replay(body: list[str], args: dict[str, tuple[int, str]], plan: str,
                 continue
             if m:
                 size = nbytes(m.group(2), m.group(3), m.group(4))
+                if never and re.search(never, _writer(body, i, m.group(1))):
+                    size = 0  # "what if this were never made"
                 live[m.group(1)] = Storage(size, stmt[:110], i, {m.group(1)})
                 sizes[m.group(1)] = size
                 continue
@@ -186,10 +206,17 @@ def main() -> None:
         default=129.0,
         help="cuDNN attention backward's workspace (peak_moment measured 129)",
     )
+    p.add_argument(
+        "--never",
+        default="",
+        help="a regex: allocations whose line, or the line of the call that writes them, "
+        "matches take no memory (what would the peak be without them?), e.g. "
+        "'_to_copy_\\d+\\.run\\(primals_' for the bf16 copies of the weights",
+    )
     a = p.parse_args()
     body, args = module_call(a.module)
     for plan in ("as-written", "last-use"):
-        curve, snaps = replay(body, args, plan, int(a.sdpa_workspace_mib * MIB))
+        curve, snaps = replay(body, args, plan, int(a.sdpa_workspace_mib * MIB), a.never)
         at = max(range(len(curve)), key=curve.__getitem__)
         print(
             f"\n## {plan}: peak {a.start_gib + curve[at] / 2**30:.3f} GiB "

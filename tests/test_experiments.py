@@ -52,7 +52,8 @@ def test_backward_liveness_replays_a_generated_module(tmp_path) -> None:
     """``experiments/backward_liveness.py`` replays a generated module's memory from its
     source: arguments sized from the harness, allocations, inductor's ``# reuse`` renames
     (kept alive as written, a new buffer at the last use otherwise), ``del`` and the
-    returned gradient; ``extern_kernels.mm`` is no use of an argument named ``mm``."""
+    returned gradient; ``extern_kernels.mm`` is no use of an argument named ``mm``; a buffer
+    ``never`` matches takes no memory."""
     mod = load_tool("backward_liveness.py", "experiments")
     code = tmp_path / "c.py"
     code.write_text(
@@ -81,6 +82,8 @@ def test_backward_liveness_replays_a_generated_module(tmp_path) -> None:
     # mm 4 KiB until its del; buf0 4 KiB; buf1 1 KiB; buf0's storage lives on as buf2
     assert max(written) == 4096 + 4096 + t and written[-1] == 4096 + t
     assert written[body.index("del buf1")] == 4096 + t
+    # buf0 never made (matched by the kernel that writes it): mm alone is the peak
+    assert max(mod.replay(body, args, "as-written", 0, r"triton_poi_0\.")[0]) == 4096 + t
     last, snaps = mod.replay(body, args, "last-use", 0)
     # mm freed after the kernel that reads it (not at the `mm` of extern_kernels.mm), and
     # tangents_1, which nothing reads, at once
