@@ -124,7 +124,10 @@
 # result (run 87 1.030x before the change, run 88 1.023x after)? (4) where lean's remaining
 # step time goes on the 0.67B Llama (1.006x torchao; hot_fp8 1.032x): profile
 # PVARIANTS=hot_fp8,hot_fp8_lean_noreuse; (5) whether allow_buffer_reuse off is worth a
-# default of prefer="memory" (lower in each of the 6 pairs measured on the Llamas; no ViT).
+# default of prefer="memory" (lower in each of the 6 pairs measured on the Llamas; no ViT);
+# (6) peakmoment PMVARIANTS=hot_fp8_lean (reuse on, after swiglu_gw) and replay its module
+# with backward_liveness --never: would HQ's weight codes read from the fp32 parameter (no
+# bf16 copy held for reuse at the attention backward) bring reuse-on lean under 0.95x?
 # peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
