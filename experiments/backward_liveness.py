@@ -37,14 +37,11 @@ session 35's are in ``experiments/results/backward_modules_s35.txz``.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 from dataclasses import dataclass, field
 
-ITEMSIZE = {
-    "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bool": 1,
-}  # fmt: skip
+import torch
+
 MIB = 2**20
 
 ALLOC = re.compile(r"^(\w+) = empty_strided_cuda\(\(([^)]*)\), \(([^)]*)\), torch\.(\w+)\)")
@@ -63,7 +60,7 @@ def nbytes(shape: str, stride: str, dtype: str) -> int:
     if any(d == 0 for d in dims):
         return 0
     span = 1 + sum((d - 1) * s for d, s in zip(dims, steps, strict=True))
-    return span * ITEMSIZE.get(dtype, 4)
+    return span * getattr(torch, dtype).itemsize
 
 
 @dataclass
@@ -72,6 +69,7 @@ class Storage:
     what: str
     line: int
     names: set[str] = field(default_factory=set)
+    parts: int = 1  # outputs of one extern op (a tuple), each 1/parts of its size
 
 
 def module_call(path: str) -> tuple[list[str], dict[str, tuple[int, str]]]:
@@ -136,8 +134,9 @@ def replay(
 
     for i, s in enumerate(body):
         transient = 0
+        r = REUSE.match(s)
         for stmt in [p.strip() for p in re.split(r";\s*(?=del |buf)", s.split("  #")[0])]:
-            m, r = ALLOC.match(stmt), REUSE.match(s)
+            m = ALLOC.match(stmt)
             if r and stmt.startswith(r.group(1) + " ="):
                 new, old = r.group(1), r.group(2)
                 st = live.get(old)
@@ -163,8 +162,7 @@ def replay(
             t = TUPLE.match(stmt)
             if t and t.group(2) in live:
                 parent = live[t.group(2)]
-                parts = getattr(parent, "parts", None)
-                size = parent.size // max(parts or 1, 1)
+                size = parent.size // parent.parts
                 live[t.group(1)] = Storage(size, f"{t.group(2)}[{t.group(3)}]", i, {t.group(1)})
                 continue
             e = EXTERN.match(stmt)
@@ -174,9 +172,7 @@ def replay(
                     shape = re.search(r"reinterpret_tensor\(\w+, \(([^)]*)\), \(([^)]*)\)", stmt)
                     one = nbytes(shape.group(1), shape.group(2), "bfloat16") if shape else 0
                     size, parts, transient = 3 * one, 3, sdpa_workspace
-                st = Storage(size, stmt[:110], i, {e.group(1)})
-                st.parts = parts  # type: ignore[attr-defined]
-                live[e.group(1)] = st
+                live[e.group(1)] = Storage(size, stmt[:110], i, {e.group(1)}, parts)
         if plan != "as-written" and not s.startswith("return"):  # (the outputs live on)
             for n in list(live):
                 if last.get(n, -1) <= i and not n.startswith("primals_"):
@@ -228,7 +224,6 @@ def main() -> None:
             print(f"| {st.size / MIB:.1f} | {st.line} | `{st.what}` |")
         rest = snaps[at][a.top :]
         print(f"| {sum(s.size for s in rest) / MIB:.1f} | | {len(rest)} more |")
-    assert math.isfinite(curve[0])
 
 
 if __name__ == "__main__":

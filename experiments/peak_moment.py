@@ -128,8 +128,8 @@ def _copy_modules(trace: list[dict], variant: str, where: str) -> list[str]:
     """Copy the generated modules the recorded step ran (named in its trace's frames) to
     ``where`` as ``<variant>__<name>.py``, for ``experiments/backward_liveness.py`` to replay
     here, without a GPU."""
-    paths = sorted({f["filename"] for e in trace for f in e.get("frames", [])
-                    if GENERATED.search(f.get("filename", ""))})  # fmt: skip
+    frames = (_generated(e.get("frames", [])) for e in trace)
+    paths = sorted({f["filename"] for f in frames if f is not None})
     os.makedirs(where, exist_ok=True)
     for p in paths:
         shutil.copy(p, os.path.join(where, f"{variant}__{pathlib.Path(p).name}"))

@@ -531,8 +531,9 @@ def _given_gw(spec: LayerSpec, gy3: torch.Tensor, gy: torch.Tensor, grid_w, rows
 def _swiglu_gw_request(spec: LayerSpec, g: torch.Tensor) -> tuple | None:
     """``(samples, bits, rounding)`` of the g_w operand the gate and up layers of ``spec``
     will make of their g_y (:func:`_native_weight_grad`: ABC on the native path, plain
-    rows), for the SwiGLU backward to make it instead; None where they make another.
-    ``samples``: ``g``'s first size as it is (a symbolic size is not specialized)."""
+    rows), for the SwiGLU backward to make it instead; None where they make another. The
+    layers' geometry is :func:`_linear_geometry`'s of their input, whose shape ``g`` shares;
+    ``samples`` is its first size as it is (a symbolic size is not specialized)."""
     if (
         spec.lowering != "native"
         or spec.gw_exact
@@ -541,10 +542,10 @@ def _swiglu_gw_request(spec: LayerSpec, g: torch.Tensor) -> tuple | None:
         or g.dim() not in (2, 3)
     ):
         return None
-    rows = spec.hla_rows if g.dim() == 3 or spec.hla_2d == "batch" else ()
-    if not native.plain_rows(0, tuple(rows), bool(spec.hla_signs and rows)):
+    g3, grid_w, rows = _linear_geometry(spec, g)
+    if not native.plain_rows(grid_w, tuple(rows), bool(spec.hla_signs and rows)):
         return None
-    return (g.shape[0] if g.dim() == 3 else 1, spec.gw_bits, spec.gw_rounding)
+    return (g3.shape[0], spec.gw_bits, spec.gw_rounding)
 
 
 def _shares_gy_amax(spec: LayerSpec, ctx) -> bool:

@@ -408,10 +408,13 @@ def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> N
         assert e_late <= 1.25 * e_early + 1e-3, (k, e_early, e_late)
 
 
-def _swiglu_step(options: dict, model_fn=None) -> tuple[list[str], dict[str, torch.Tensor]]:
+def _swiglu_step(
+    options: dict, model_fn=None, x_grad: bool = False
+) -> tuple[list[str], dict[str, torch.Tensor]]:
     """The modules inductor generates for one bf16-autocast training step of a SwiGLU (gate
-    and up read one x; ``model_fn(256, 512)``, by default ``test_lowering.SwiGLU``) compiled
-    with ``backend="hot"`` and ``options`` (forward first), and the parameters' gradients."""
+    and up read one x, 4 × 64 tokens; ``model_fn(256, 512)``, by default
+    ``test_lowering.SwiGLU``) compiled with ``backend="hot"`` and ``options`` (forward first),
+    and the parameters' gradients; with ``x_grad``, x's too (as ``"x"``)."""
     from test_lowering import SwiGLU
     from torch._inductor.utils import run_and_get_code
 
@@ -419,7 +422,7 @@ def _swiglu_step(options: dict, model_fn=None) -> tuple[list[str], dict[str, tor
     model = (model_fn or SwiGLU)(256, 512).cuda()
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="hot", options=options)
-    x = torch.randn(4, 64, 256, device="cuda")
+    x = torch.randn(4, 64, 256, device="cuda", requires_grad=x_grad)
 
     def step():
         with torch.autocast("cuda", torch.bfloat16):
@@ -427,7 +430,8 @@ def _swiglu_step(options: dict, model_fn=None) -> tuple[list[str], dict[str, tor
         out.float().square().sum().backward()
 
     code = run_and_get_code(step)[1]
-    return code, {n: p.grad for n, p in model.named_parameters()}
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    return code, ({"x": x.grad, **grads} if x_grad else grads)
 
 
 def _swiglu_step_code(options: dict) -> list[str]:
@@ -452,27 +456,6 @@ def test_gradient_feeding_both_kernels_is_written_once() -> None:
     _assert_no_value_stored_twice(src)
 
 
-def _swiglu_code_and_grads(options: dict) -> tuple[str, dict[str, torch.Tensor]]:
-    """One compiled bf16-autocast step of a SwiGLU MLP (256 → 512 → 256, 4 × 64 tokens): its
-    generated code and the gradients of x and the weights."""
-    from test_lowering import SwiGLU
-    from torch._inductor.utils import run_and_get_code
-
-    torch.manual_seed(0)
-    model = SwiGLU(256, 512).cuda()
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="hot", options=options)
-    x = torch.randn(4, 64, 256, device="cuda", requires_grad=True)
-
-    def run():
-        with torch.autocast("cuda", torch.bfloat16):
-            out = compiled(x)
-        out.float().square().sum().backward()
-
-    src = "\n".join(run_and_get_code(run)[1])
-    return src, {"x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
-
-
 @pytest.mark.parametrize("abc_swiglu", ["off", "fp8"])
 def test_swiglu_backward_makes_the_gw_codes_and_stores_no_gradient(abc_swiglu, monkeypatch):
     """The SwiGLU backward makes gate's and up's g_w operands itself
@@ -482,9 +465,10 @@ def test_swiglu_backward_makes_the_gw_codes_and_stores_no_gradient(abc_swiglu, m
     import hotcompile.autograd as ag
 
     base = {"recipe": "text", "prefer": "paper", "abc_swiglu": abc_swiglu}
-    src, given = _swiglu_code_and_grads(base)
+    code, given = _swiglu_step(base, x_grad=True)
     monkeypatch.setattr(ag, "_swiglu_gw_request", lambda spec, g: None)
-    old_src, own = _swiglu_code_and_grads(base)
+    old_code, own = _swiglu_step(base, x_grad=True)
+    src, old_src = "\n".join(code), "\n".join(old_code)
     for k in own:
         assert torch.equal(given[k], own[k]), k
     launches = re.findall(r"^\s+(\w+)\.run\(", src, re.M)
@@ -503,8 +487,9 @@ def test_swiglu_hq_writes_both_operands_where_the_gradients_are_made() -> None:
     HOT's noise (the kernel's g_gate is within one bf16 ulp of inductor's, so a code may round
     the other way). First run on the H100 at 4a26a80 (2026-11-27, passed)."""
     base = {"recipe": "text", "prefer": "paper"}
-    src, fused = _swiglu_code_and_grads(base)  # swiglu_hq is the default
-    _, plain = _swiglu_code_and_grads({**base, "swiglu_hq": False})
+    code, fused = _swiglu_step(base, x_grad=True)  # swiglu_hq is the default
+    _, plain = _swiglu_step({**base, "swiglu_hq": False}, x_grad=True)
+    src = "\n".join(code)
     launches = re.findall(r"^\s+(\w+)\.run\(", src, re.M)
     assert sum(n.startswith("_swiglu_hq_kernel") for n in launches) == 1, launches
     assert sum(n.startswith("_hq_quant_kernel") for n in launches) == 1, launches  # down's

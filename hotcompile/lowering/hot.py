@@ -149,15 +149,13 @@ def swiglu_backward(
             _plain(a2), _plain(b2), _plain(g2), bits, rounding, fp8, pad_rows_to,
             a_scale, b_scale, not given,
         )  # fmt: skip
-        operands = None
-        if given:
-            qa, xa, qb, xb = _triton_ops().swiglu_gw(
-                _plain(a2), _plain(b2), _plain(g2), ra, rb, *gw, a_scale, b_scale
-            )
-            operands = ((qa, xa), (qb, xb))
-            ga, gb = _swiglu_grads(a, b, g, a_scale, b_scale)
-            return ga, gb, (ca, sa, ra), (cb, sb, rb), operands
-        return ga.view(g.shape), gb.view(g.shape), (ca, sa, ra), (cb, sb, rb), None
+        if not given:
+            return ga.view(g.shape), gb.view(g.shape), (ca, sa, ra), (cb, sb, rb), None
+        qa, xa, qb, xb = _triton_ops().swiglu_gw(
+            _plain(a2), _plain(b2), _plain(g2), ra, rb, *gw, a_scale, b_scale
+        )
+        ga, gb = _swiglu_grads(a, b, g, a_scale, b_scale)
+        return ga, gb, (ca, sa, ra), (cb, sb, rb), ((qa, xa), (qb, xb))
     ga, gb = _swiglu_grads(a, b, g, a_scale, b_scale)
     operands = None
     if gw is not None and not use_triton(g2):
