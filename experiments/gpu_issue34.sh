@@ -32,7 +32,8 @@
 #          each (6 at once: ~250 s each on an H200 beside 6 others); ACC="hot torchao_fp8"
 #          for the issue's other two.
 # fsdp2:   tools/bench_distributed.py --wrapper fsdp2 on 2 GPUs, FSDP (default inductor / hot /
-#          hot_fp8 / torchao_float8), 200 steps, cut at FDEADLINE s.
+#          hot_fp8 / torchao_float8; hot_fp8_lean[_noreuse] too), 200 steps, cut at FDEADLINE s;
+#          fsdp2one: the same on one GPU (FSDP1, default inductor / hot_fp8), the 1-GPU curves.
 # pair:    on nvidia-h200-x2, two single-GPU benches at once: GPU0="model:variants" (default
 #          the 8B widths) and GPU1=... (default ViT-L/16), cut at DEADLINE s (two lanes, below).
 # fp8tests: tests/test_fp8_gpu.py alone.
@@ -257,10 +258,14 @@ elif [ "$part" = acc ]; then
       --fresh --seeds 1 --first-seed $s --variants $v --out $OUT/runs/${v}_s$s > $OUT/log_${v}_s$s.txt 2>&1 &
   done; done
   wait; grep -h -E "seed [0-9]:" $OUT/log_*.txt
-elif [ "$part" = fsdp2 ]; then
-  timeout $(left ${FDEADLINE:-580}) torchrun --nproc-per-node ${NPROC:-2} tools/bench_distributed.py \
-    --wrapper fsdp2 --models llama --variants ${FSDP:-inductor hot hot_fp8 torchao_float8} \
-    --steps 200 --out $OUT/dist > $OUT/dist.log 2>&1; echo "dist rc=$?"; tail -20 $OUT/dist.log
+elif [ "$part" = fsdp2 ] || [ "$part" = fsdp2one ]; then
+  # fsdp2one: the same on one GPU (NPROC 1, FSDP1's variants: the 1-GPU curves the issue
+  # compares with), into dist_n1/
+  local n=2 vs="${FSDP:-inductor hot hot_fp8 torchao_float8}" d=dist
+  [ "$part" = fsdp2one ] && n=1 vs="${FSDP1:-inductor hot_fp8}" d=dist_n1
+  timeout $(left ${FDEADLINE:-580}) torchrun --nproc-per-node $n tools/bench_distributed.py \
+    --wrapper fsdp2 --models llama --variants $vs \
+    --steps 200 --out $OUT/$d > $OUT/$d.log 2>&1; echo "$d rc=$?"; tail -20 $OUT/$d.log
 elif [ "$part" = pair ]; then
   # on nvidia-h200-x2: two single-GPU benches side by side, GPU0 (default the 8B widths) on
   # GPU 0, GPU1 (default ViT-L/16) on GPU 1, each cut at DEADLINE s since the start: two

@@ -15,7 +15,11 @@ Models (tools/bench_models.py, random init, nothing downloaded):
            per rank (random images, random labels: the loss falls as the model memorises)
 
 Variants: inductor (torch.compile), hot (backend="hot" plus --hot-options), hot_fp8 (the same
-with forward="fp8": FP8 forward GEMMs, issue 34), torchao_float8
+with forward="fp8": FP8 forward GEMMs, issue 34), hot_fp8_lean (forward="fp8" with the SwiGLU's
+inputs saved as FP8 codes and down's ABC codes re-derived in the backward: less memory for a
+little time), hot_fp8_lean_noreuse (the same with inductor's allow_buffer_reuse off: each
+buffer freed at its last use) -- the options are tools/bench_train.py's variants of those
+names, under --hot-options --, torchao_float8
 (torchao.float8.convert_to_float8_training, tensorwise, every nn.Linear but the head, then
 torch.compile; skipped with a message when torchao is missing).
 
@@ -60,12 +64,17 @@ import torch.nn as nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_models  # noqa: E402  (the models bench_train trains)
+import bench_train  # noqa: E402
 from bench_train import VariantSkipped, WithLoss, convert_float8, plan_record  # noqa: E402
 from gpu_tests import _commit  # noqa: E402
 
-VARIANTS = ("inductor", "hot", "hot_fp8", "torchao_float8")
-#: options each hot variant adds to --hot-options (hot_fp8: issue 34's FP8 forward)
-HOT_VARIANTS: dict[str, dict[str, Any]] = {"hot": {}, "hot_fp8": {"forward": "fp8"}}
+#: options each hot variant adds to --hot-options: bench_train's variants of the same name (hot_fp8:
+#: issue 34's FP8 forward; the lean ones its memory-first plans), so both benches run one plan
+HOT_VARIANTS: dict[str, dict[str, Any]] = {
+    v: bench_train.VARIANTS[v] or {}
+    for v in ("hot", "hot_fp8", "hot_fp8_lean", "hot_fp8_lean_noreuse")
+}
+VARIANTS = ("inductor", *HOT_VARIANTS, "torchao_float8")
 MODELS = ("llama", "vit_b16")
 WRAPPERS = ("ddp", "fsdp2")
 
