@@ -38,6 +38,10 @@ peak GPU memory (torch.cuda.max_memory_allocated over the timed steps), the loss
 torch, commit — git or HOTCOMPILE_COMMIT —, date, command) and loss_curves.png. --merge takes
 several JSON files (a 1-process and an N-process run) and adds the weak-scaling efficiency
 (1-GPU step time) / (N-GPU step time) per model, variant and wrapper.
+--profile N: N more steps under torch.profiler after the timed ones, rank 0's written as
+profile_<model>_<variant>.txt (tools/bench_train.py's tables: GPU-busy time against wall time,
+what the GPU waited for, the top kernels and host operators): under a wrapper, a step the GPU
+waits on the host for shows here.
 
 --smoke: a CPU check of the whole path in under two minutes (gloo, tiny models, aot_eager,
 a few steps, fp32 FSDP2 parameters); its timings mean nothing.
@@ -65,7 +69,13 @@ import torch.nn as nn
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_models  # noqa: E402  (the models bench_train trains)
 import bench_train  # noqa: E402
-from bench_train import VariantSkipped, WithLoss, convert_float8, plan_record  # noqa: E402
+from bench_train import (  # noqa: E402
+    VariantSkipped,
+    WithLoss,
+    convert_float8,
+    plan_record,
+    profile_steps_of,
+)
 from gpu_tests import _commit  # noqa: E402
 
 #: options each hot variant adds to --hot-options: bench_train's variants of the same name (hot_fp8:
@@ -178,6 +188,15 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
     autocast = args.wrapper == "ddp" and device.type == "cuda"
     data = _batches(name, per_rank, args.smoke, rank, device)
     losses, times = [], []
+
+    def train_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = run(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
     for step in range(args.warmup + args.steps):
         if step == args.warmup and device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -185,16 +204,18 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            loss = run(x, y)
-        loss.backward()
-        opt.step()
+        loss = train_step(x, y)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
         losses.append(loss.detach().float())
+    if args.profile:  # every rank steps (the collectives need them all); rank 0 writes
+        title = f"{name} {variant} {rec['wrapper']} x{world}"
+        path = args.out / f"profile_{name}_{variant}.txt" if rank == 0 else None
+        prof = profile_steps_of(lambda: train_step(*next(data)), args.profile, device, title, path)
+        keys = ("wall_ms", "gpu_busy_ms", "gpu_busy_fraction", "idle_ms", "host_wait_ms")
+        rec["profile"] = {k: prof[k] for k in keys} | {"top_host_ops": prof["top_host_ops"]}
     curve = torch.stack(losses)
     dist.all_reduce(curve)
     curve /= world
@@ -393,6 +414,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=5, help="untimed first steps (compile)")
     p.add_argument("--batch", type=int, default=None, help="batch per GPU (default: model's)")
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the timed steps, N more under torch.profiler (every rank; rank 0 writes "
+        "profile_<model>_<variant>.txt to --out: GPU-busy time against wall time, the GPU's "
+        "waits on the host, the top kernels and host operators; bench_train's tables)",
+    )
     p.add_argument("--hot-options", default="", help='JSON options, e.g. \'{"prefer": "paper"}\'')
     p.add_argument("--fp32-params", action="store_true", help="FSDP2 without bf16 parameters")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_distributed_out"))
