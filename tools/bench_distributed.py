@@ -18,8 +18,9 @@ Variants: inductor (torch.compile), hot (backend="hot" plus --hot-options), hot_
 with forward="fp8": FP8 forward GEMMs, issue 34), hot_fp8_lean (forward="fp8" with the SwiGLU's
 inputs saved as FP8 codes and down's ABC codes re-derived in the backward: less memory for a
 little time), hot_fp8_lean_noreuse (the same with inductor's allow_buffer_reuse off: each
-buffer freed at its last use) -- the options are tools/bench_train.py's variants of those
-names, under --hot-options --, torchao_float8
+buffer freed at its last use), hot_fp8_static (HOT's Triton kernels launched by inductor's
+static launcher, not Triton's Python one: less host time a launch) -- the options are
+tools/bench_train.py's variants of those names, under --hot-options --, torchao_float8
 (torchao.float8.convert_to_float8_training, tensorwise, every nn.Linear but the head, then
 torch.compile; skipped with a message when torchao is missing).
 
@@ -82,7 +83,7 @@ from gpu_tests import _commit  # noqa: E402
 #: issue 34's FP8 forward; the lean ones its memory-first plans), so both benches run one plan
 HOT_VARIANTS: dict[str, dict[str, Any]] = {
     v: bench_train.VARIANTS[v] or {}
-    for v in ("hot", "hot_fp8", "hot_fp8_lean", "hot_fp8_lean_noreuse")
+    for v in ("hot", "hot_fp8", "hot_fp8_lean", "hot_fp8_lean_noreuse", "hot_fp8_static")
 }
 VARIANTS = ("inductor", *HOT_VARIANTS, "torchao_float8")
 MODELS = ("llama", "vit_b16")
