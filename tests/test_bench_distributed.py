@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import help_text
+from conftest import help_text, load_tool
 from test_distributed import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -77,3 +77,24 @@ def test_bench_distributed_fsdp2_vit_smoke(tmp_path: pathlib.Path) -> None:
 def test_bench_distributed_help_teaches() -> None:
     out = help_text(("tools/bench_distributed.py",))
     assert "torchrun" in out and "--merge" in out and "--smoke" in out and "examples:" in out
+
+
+def test_a_peak_that_includes_an_earlier_variants_memory_says_so() -> None:
+    """Variants share one process: what an earlier one still holds is in a later one's
+    max_memory_allocated. The table must not let that pass for the variant's own peak, and
+    the lean FP8 plans run with bench_train's options (one plan for both benches)."""
+    bd = load_tool("bench_distributed.py")
+    env = {"device": "H200 (cuda)", "torch": "2.11", "commit": "x", "date": "d", "world": 2}
+    rec = {"model": "llama", "wrapper": "fsdp2", "world": 2, "batch_per_rank": 4,
+           "step_ms": 80.0, "losses": [10.5, 2.2], "peak_gib": [11.45, 11.4]}  # fmt: skip
+    clean = bd.markdown({"environment": {**env, "command": "c", "smoke": False},
+                         "results": [{**rec, "variant": "inductor", "held_at_start_gib": 0.0},
+                                     {**rec, "variant": "torchao_float8",
+                                      "held_at_start_gib": 2.49}]})  # fmt: skip
+    inductor_row, torchao_row = (ln for ln in clean.splitlines() if ln.startswith("| llama"))
+    assert "11.45 GiB |" in inductor_row and "held" not in inductor_row
+    assert "11.45 GiB (incl. 2.49 held at start)" in torchao_row
+    assert (
+        bd.HOT_VARIANTS["hot_fp8_lean_noreuse"]
+        == load_tool("bench_train.py").VARIANTS["hot_fp8_lean_noreuse"]
+    )
