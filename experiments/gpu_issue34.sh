@@ -119,17 +119,19 @@
 # torchao's peak at 1.023x its step) | probe (experiments/swiglu_gw_probe.py) + Llama
 # torchao,hot_fp8_lean_noreuse,inductor,hot,hot_fp8 (run 89: hot_fp8 1.032x, lean_noreuse
 # 0.887x peak at 1.006x, default 1.09x inductor).
-# Next: (1) fp8tests LOWK=swiglu at the final commit (test_lean_step_runs_the_swiglu_codes_kernel
-# was narrowed after its failure and not re-run); (2) fsdp2 on nvidia-h200-x2 when lent
-# (FSDP="inductor hot_fp8 torchao_float8", NPROC=1 FSDP=hot_fp8; not re-run since session 26);
-# (3) llama8b:torchao_float8,hot_fp8_lean_noreuse twice more: is 1.03x and 0.95x one run's
-# result (run 87 1.030x before the change, run 88 1.023x after)? (4) where lean's remaining
-# step time goes on the 0.67B Llama (1.006x torchao; hot_fp8 1.032x): profile
-# PVARIANTS=hot_fp8,hot_fp8_lean_noreuse; (5) whether allow_buffer_reuse off is worth a
-# default of prefer="memory" (lower in each of the 6 pairs measured on the Llamas; no ViT);
-# (6) peakmoment PMVARIANTS=hot_fp8_lean (reuse on, after swiglu_gw) and replay its module
-# with backward_liveness --never: would HQ's weight codes read from the fp32 parameter (no
-# bf16 copy held for reuse at the attention backward) bring reuse-on lean under 0.95x?
+# Session 36 (5 calls on nvidia-h200-x2, tools/results/fp8_forward_h200_s36.md): fsdp2 fsdp2one
+# (FSDP2 on 2 and 1 GPUs: hot_fp8 0.83x inductor, lean_noreuse 0.92x at 7.94 GiB, torchao 0.93x
+# at 8.96) | fsdp2 FPROFILE=3 + fp8tests LOWK=swiglu (7 + 6 passed) | lanes fsdp2one FPROFILE=3 |
+# sleep150 8B torchao,hot_fp8_lean_noreuse (run 90: 1.026x at 0.948x peak) | fsdp2 FPROFILE=3
+# with hot_fp8_static (89.4 -> 83.6 ms) | fsdp2 in the other order. Under FSDP2 the step waits
+# on the host; HOT launches 1.85x inductor's kernels (~200 HLA quantizations' two passes each).
+# Next: (1) FSDP2 again with hot_fp8_static before hot_fp8 (is 6% the launcher or the order?)
+# and a lean+static variant; (2) fewer launches: one pass where an HLA quantization's max-abs
+# is known from its producer (as amax_given does for g_y), the zeroed words from one scratch;
+# (3) llama8b lean_noreuse is 1.023-1.026x in runs 88 and 90: the 0.4% it lacks; (4) the 0.67B
+# Llama's lean step (profile PVARIANTS=hot_fp8,hot_fp8_lean_noreuse); (5) reuse off as
+# prefer="memory"'s default (no ViT run); (6) peakmoment PMVARIANTS=hot_fp8_lean + replay with
+# backward_liveness --never for HQ weight codes from the fp32 parameter.
 # peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
