@@ -301,15 +301,19 @@ def _input_grad(
 
 
 def _native_weight_codes(
-    spec: LayerSpec, weight: torch.Tensor, dtype: torch.dtype | None
+    spec: LayerSpec, weight: torch.Tensor, dtype: torch.dtype | None, late: bool = False
 ) -> list[torch.Tensor]:
     """The weight's half of HQ on the native path: the weight's codes and scale
     (:func:`hotcompile.lowering.hot.weight_codes`) from the weight as the forward's GEMM reads
     it, cast to ``dtype`` (the autocast dtype inside an autocast region, which the forward
     casts anyway; None: as it is) — in the forward, saved in place of the weight, or with
-    ``spec.weight_codes_late`` in the backward, from the saved parameter."""
-    w = weight.to(dtype) if dtype is not None and weight.dtype != dtype else weight
-    return list(native.weight_codes(w, spec.gx_bits, spec.gx_rounding, spec.weight_scale))
+    ``spec.weight_codes_late`` (``late``) in the backward, from the saved parameter. There
+    nothing else reads the cast copy, so the codes are made from the parameter with the
+    rounding in the kernel (CUDA, fp32 to bf16) and no copy is written."""
+    cast = dtype is not None and weight.dtype != dtype and not late
+    w = weight.to(dtype) if cast else weight
+    rest = (spec.gx_bits, spec.gx_rounding, spec.weight_scale)
+    return list(native.weight_codes(w, *rest, dtype=dtype if late else None))
 
 
 @contextlib.contextmanager
@@ -670,7 +674,7 @@ class HotLinearFunction(torch.autograd.Function):
         weight = saved.pop(0) if ctx.save_w else None
         if ctx.w_late:  # (w_codes: the input needs its gradient)
             with _recomputed():
-                w_codes = _native_weight_codes(spec, weight, ctx.w_cast)
+                w_codes = _native_weight_codes(spec, weight, ctx.w_cast, late=True)
         O = gy.shape[-1]
         gy2 = gy.reshape(-1, O)
         gx = gw = gb = gy_amax = None

@@ -376,6 +376,11 @@ WEIGHT_OPERANDS = textwrap.dedent("""
                                                 b.float().nan_to_num(7.0))
                 n += 1
                 bad += not (same(hq, rc) and same(hs, rs) and same(w8, fc) and same(ws, fs))
+                if round_bf16:  # HQ's codes alone from the fp32 weight (the late codes)
+                    dc, ds = hla_quantize(w[None], 0, list(range(16)), bits, rounding,
+                                          sawb=sawb, out_dtype=dtype, round_bf16=True)
+                    n += 1
+                    bad += not (same(dc, rc) and same(ds, rs))
     print(f"{n - bad}/{n}")
 """)
 
@@ -385,7 +390,8 @@ def test_interpreted_weight_operands_are_hq_and_the_fp8_copy_bit_exactly(tmp_pat
     one pair of passes) writes HQ's codes and scale as ``hla_quantize`` with every row kept
     (HQ's weight quantizer) and the rowwise e4m3 copy and row scales as ``quantize``, from
     the fp32 weight or its bf16 rounding (ties to even, infinity and NaN as torch's cast),
-    for INT4 SAWB, INT8 and FP8 HQ codes."""
+    for INT4 SAWB, INT8 and FP8 HQ codes; and ``hla_quantize(..., round_bf16=True)`` (HQ's
+    codes alone, made in the backward from the fp32 parameter) as of the bf16 copy."""
     _all_of_them(_run_script(tmp_path / "weight_operands_check.py", WEIGHT_OPERANDS, True))
 
 
@@ -451,15 +457,32 @@ AOT_HOPPER = textwrap.dedent("""
         kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                 options={"num_warps": ABC_WARPS})
         n += bool(kernel.asm["cubin"])
-    print(f"{n}/9")
+    # HQ's weight codes from the fp32 parameter (the late codes, ROUND_BF16), both passes
+    from hotcompile.kernels.hla_triton import _hla_quant_kernel, quantizer_constexprs
+    sig = {"x_ptr": "*fp32", "codes_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "amax_ptr": "*i32",
+           "stats_ptr": "*fp32", "sign_ptr": "*fp32", "G": "i32", "D": "i32", "R": "i32",
+           "nb": "i32", "S": "i32", "H": "i32", "W": "i32", "NBW": "i32", "stride_n": "i64",
+           "stride_s": "i32", "seed": "i32", "numel": "fp32"}
+    for mode in (1, 2):
+        const = dict(MODE=mode, TRANS=True, PATCH=False, SIGNS=False, TRANSFORM=True,
+                     ROWS=sum(k << (5 * k) for k in range(16)), NR=16, RP=16, ROUND_BF16=True,
+                     **quantizer_constexprs(8, "fp8_e4m3", False, 8, 64, 4))
+        warps = const.pop("num_warps")
+        src = ASTSource(fn=_hla_quant_kernel, constexprs=const,
+                        signature={**sig, **{k: "constexpr" for k in const}})
+        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                options={"num_warps": warps})
+        n += bool(kernel.asm["cubin"])
+    print(f"{n}/11")
 """)
 
 
 def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
     """The kernels written without a GPU compile to sm_90 machine code (Triton's front end,
     then ptxas): the weight operands' in both launches, max-abs-FP8 and SAWB-INT4, and the
-    SwiGLU forward's codes for each product, and the lean backward's kernel of down's ABC
-    codes from a SwiGLU's codes, both passes: the interpreter does not check
+    SwiGLU forward's codes for each product, the lean backward's kernel of down's ABC
+    codes from a SwiGLU's codes, both passes, and HQ's weight codes read from the fp32
+    parameter (``_hla_quant_kernel`` with ROUND_BF16), both passes: the interpreter does not check
     what only a GPU compile does (globals read as constexpr, types, a branch never taken)."""
     import pathlib
     import shutil
@@ -470,4 +493,4 @@ def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
     if not bundled.exists() and shutil.which("ptxas") is None:
         pytest.skip("no ptxas here (Triton's wheel bundles one)")
     out = _run_script(tmp_path / "aot_check.py", AOT_HOPPER, interpret=False)
-    assert out.split()[-1] == "9/9", out
+    assert out.split()[-1] == "11/11", out

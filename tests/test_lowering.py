@@ -244,6 +244,12 @@ def test_native_weight_codes_are_the_reference_of_the_forwards_copy() -> None:
     wq, sw = hot.weight_codes(wb, 8, "fp8_e4m3", "maxabs")
     rq, rs = quantize(block_hadamard(wb, 0, 16), 8, False, "fp8_e4m3")
     assert torch.equal(wq.t().float(), rq.float()) and torch.equal(sw, rs)
+    # the late codes pass the fp32 parameter and the dtype (on CUDA the kernel rounds as it
+    # reads): the codes of the same bf16 copy, for a weight with bf16 ties too
+    w[0, :4] = 1 + 2.0**-8
+    lq, ls = hot.weight_codes(w, 8, "fp8_e4m3", "maxabs", dtype=torch.bfloat16)
+    cq, cs = hot.weight_codes(w.to(torch.bfloat16), 8, "fp8_e4m3", "maxabs")
+    assert torch.equal(lq.float(), cq.float()) and torch.equal(ls, cs)
 
 
 def test_native_lqs_resolves_per_token_and_says_why() -> None:

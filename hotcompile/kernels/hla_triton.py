@@ -29,6 +29,7 @@ from hotcompile.hla import patch_side
 from hotcompile.kernels import dispatch, scratch
 from hotcompile.kernels.rounding import (
     ROUNDING_CODES,
+    _round_bf16,
     code_constexprs,
     codes,
     normal_scale,
@@ -51,10 +52,11 @@ BLOCK_D = 64
 @triton.jit
 def _load_pos(
     x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n,
-    P: tl.constexpr, PATCH: tl.constexpr, SIGNS: tl.constexpr,
+    P: tl.constexpr, PATCH: tl.constexpr, SIGNS: tl.constexpr, ROUND_BF16: tl.constexpr,
 ):  # fmt: skip
     """Position P of each HLA block ``bidx`` (per sample): ``[BLOCK_B, BLOCK_D]`` float32;
-    with SIGNS times the token's ±1 (``sign_ptr[n·S + s]``: hla_signs, exact in float32)."""
+    with SIGNS times the token's ±1 (``sign_ptr[n·S + s]``: hla_signs, exact in float32);
+    with ROUND_BF16 rounded to bfloat16 as loaded (a float32 x read as its bf16 copy)."""
     if PATCH:
         hh = (bidx // NBW) * 4 + P // 4
         ww = (bidx % NBW) * 4 + P % 4
@@ -65,6 +67,8 @@ def _load_pos(
         ok = gmask & (s < S)
     ptrs = x_ptr + base[:, None] + s.to(tl.int64)[:, None] * stride_s + d[None, :]
     v = tl.load(ptrs, mask=ok[:, None] & dmask[None, :], other=0.0).to(tl.float32)
+    if ROUND_BF16:
+        v = _round_bf16(v)
     if SIGNS:
         sgn = tl.load(sign_ptr + n.to(tl.int64) * S + s, mask=ok, other=0.0).to(tl.float32)
         v = v * sgn[:, None]
@@ -276,11 +280,13 @@ def _hla_quant_kernel(
     SIGNS: tl.constexpr, TRANSFORM: tl.constexpr,
     ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, ROUND_BF16: tl.constexpr,
 ):  # fmt: skip
     """MODE 1: max-abs of the kept coefficients into ``amax_ptr`` (atomic max on int bits);
     with SAWB also Σt², Σ|t| into ``stats_ptr`` (atomic fp32 adds). MODE 2: quantize with the
-    scale from MODE 1; codes ``[R, D]`` or (TRANS) ``[D, R]``, in the codes tensor's dtype."""
+    scale from MODE 1; codes ``[R, D]`` or (TRANS) ``[D, R]``, in the codes tensor's dtype.
+    ROUND_BF16: x is float32 and is read as its bfloat16 copy would be (HQ's weight codes
+    from the fp32 parameter, as autocast's copy, without the copy written)."""
     pid_b = tl.program_id(0)
     pid_d = tl.program_id(1)
     g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -291,22 +297,22 @@ def _hla_quant_kernel(
     d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < D
     a = (x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n)
-    y0 = _load_pos(*a, 0, PATCH, SIGNS)
-    y1 = _load_pos(*a, 1, PATCH, SIGNS)
-    y2 = _load_pos(*a, 2, PATCH, SIGNS)
-    y3 = _load_pos(*a, 3, PATCH, SIGNS)
-    y4 = _load_pos(*a, 4, PATCH, SIGNS)
-    y5 = _load_pos(*a, 5, PATCH, SIGNS)
-    y6 = _load_pos(*a, 6, PATCH, SIGNS)
-    y7 = _load_pos(*a, 7, PATCH, SIGNS)
-    y8 = _load_pos(*a, 8, PATCH, SIGNS)
-    y9 = _load_pos(*a, 9, PATCH, SIGNS)
-    y10 = _load_pos(*a, 10, PATCH, SIGNS)
-    y11 = _load_pos(*a, 11, PATCH, SIGNS)
-    y12 = _load_pos(*a, 12, PATCH, SIGNS)
-    y13 = _load_pos(*a, 13, PATCH, SIGNS)
-    y14 = _load_pos(*a, 14, PATCH, SIGNS)
-    y15 = _load_pos(*a, 15, PATCH, SIGNS)
+    y0 = _load_pos(*a, 0, PATCH, SIGNS, ROUND_BF16)
+    y1 = _load_pos(*a, 1, PATCH, SIGNS, ROUND_BF16)
+    y2 = _load_pos(*a, 2, PATCH, SIGNS, ROUND_BF16)
+    y3 = _load_pos(*a, 3, PATCH, SIGNS, ROUND_BF16)
+    y4 = _load_pos(*a, 4, PATCH, SIGNS, ROUND_BF16)
+    y5 = _load_pos(*a, 5, PATCH, SIGNS, ROUND_BF16)
+    y6 = _load_pos(*a, 6, PATCH, SIGNS, ROUND_BF16)
+    y7 = _load_pos(*a, 7, PATCH, SIGNS, ROUND_BF16)
+    y8 = _load_pos(*a, 8, PATCH, SIGNS, ROUND_BF16)
+    y9 = _load_pos(*a, 9, PATCH, SIGNS, ROUND_BF16)
+    y10 = _load_pos(*a, 10, PATCH, SIGNS, ROUND_BF16)
+    y11 = _load_pos(*a, 11, PATCH, SIGNS, ROUND_BF16)
+    y12 = _load_pos(*a, 12, PATCH, SIGNS, ROUND_BF16)
+    y13 = _load_pos(*a, 13, PATCH, SIGNS, ROUND_BF16)
+    y14 = _load_pos(*a, 14, PATCH, SIGNS, ROUND_BF16)
+    y15 = _load_pos(*a, 15, PATCH, SIGNS, ROUND_BF16)
     # the stages of fwht_last: h = 1, 2, 4, 8; (j, j+h) -> (a+b, a-b). Without TRANSFORM
     # (no HLA) the "coefficients" are the 16 positions themselves: the plain rows of x
     if TRANSFORM:
@@ -365,6 +371,7 @@ def hla_quantize(
     sawb: bool = False,
     out_dtype: torch.dtype = torch.int8,
     signs: torch.Tensor | None = None,
+    round_bf16: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``quantize(hla_transform(x, grid_w, rows), bits, False, rounding)`` on CUDA.
 
@@ -377,6 +384,7 @@ def hla_quantize(
     format); ``out_dtype`` is then float8_e4m3fn whatever is passed. ``signs`` (``[N, S, 1]``
     or ``[N, S]``, ±1): x is read as ``x · signs`` (hla_signs) without a signed copy of x —
     which for an LM head's g_y (N·S × vocab) was most of a GiB of peak memory.
+    ``round_bf16`` (float32 x): the codes of ``x.to(torch.bfloat16)`` without that copy.
     """
     fp8 = rounding == FP8_E4M3
     if fp8:
@@ -395,7 +403,7 @@ def hla_quantize(
     signs = signs.reshape(N * S).contiguous() if signs is not None else None
     return launch_hla_quantize(
         _hla_quant_kernel, x, grid_w, rows, bits, rounding, transposed, sawb, out_dtype,
-        signs, words, seed, block_b, block_d, num_warps,
+        signs, words, seed, block_b, block_d, num_warps, round_bf16=round_bf16,
     )  # fmt: skip
 
 
@@ -431,6 +439,7 @@ def launch_hla_quantize(
     block_d: int = BLOCK_D,
     num_warps: int = 4,
     amax_given: bool = False,
+    round_bf16: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Allocate the outputs and launch ``_hla_quant_kernel`` twice (max-abs, then codes):
     the one copy of the launch arithmetic, shared by :func:`hla_quantize` (the ops path:
@@ -442,7 +451,10 @@ def launch_hla_quantize(
     ``amax_given`` (no HLA, token blocks, no signs, K-major, no SAWB: the plain rows of x):
     ``words[0]`` already holds x's max-abs bits (HQ's kernel took them from the same g_y), so
     only the codes pass runs (H100: 78 vs 131 µs over an 8192² g_y,
-    ``experiments/results/plain_codes_pass_h100.md``)."""
+    ``experiments/results/plain_codes_pass_h100.md``).
+
+    ``round_bf16`` (float32 x): the codes of ``x.to(torch.bfloat16)``, each value rounded as
+    it is loaded, so that the bf16 copy is neither written nor read back."""
     N, S, D = x.shape
     nb, H, W, nbw = hla_rows_count(S, grid_w)
     transform = len(rows) > 0
@@ -476,6 +488,7 @@ def launch_hla_quantize(
         ROWS=packed,
         NR=nr,
         RP=rp,
+        ROUND_BF16=round_bf16 and x.dtype == torch.float32,
         **quantizer_constexprs(bits, rounding, sawb, block_b, block_d, num_warps),
     )
     if not amax_given:

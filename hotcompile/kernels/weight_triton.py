@@ -42,7 +42,7 @@ from hotcompile.kernels.hla_triton import (
     _tensor_stats,
     quantizer_constexprs,
 )
-from hotcompile.kernels.rounding import FP8, ROUNDING_CODES, _round_bf16, codes, normal_scale
+from hotcompile.kernels.rounding import FP8, ROUNDING_CODES, codes, normal_scale
 from hotcompile.quant import FP8_E4M3
 
 #: default program tile: BLOCK_B blocks of 16 rows × BLOCK_D input channels; the fastest of
@@ -58,11 +58,8 @@ _ALL = tl.constexpr(sum(k << (5 * k) for k in range(16)))
 def _load_w(w_ptr, g, gmask, d, dmask, I, O, P: tl.constexpr, ROUND_BF16: tl.constexpr):
     """Row ``16·g + P`` of W, ``[BLOCK_B, BLOCK_D]`` float32 (bf16-rounded with ROUND_BF16)."""
     zero = g * 0
-    v = _load_pos(w_ptr, zero.to(tl.int64), g, gmask, d, dmask, I, O, 0, 0, 1, w_ptr, zero,
-                  P, False, False)  # fmt: skip
-    if ROUND_BF16:
-        v = _round_bf16(v)
-    return v
+    return _load_pos(w_ptr, zero.to(tl.int64), g, gmask, d, dmask, I, O, 0, 0, 1, w_ptr, zero,
+                     P, False, False, ROUND_BF16)  # fmt: skip
 
 
 @triton.jit

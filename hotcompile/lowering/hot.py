@@ -228,16 +228,27 @@ def swiglu_forward(
 
 
 def quantize_weight(
-    w: torch.Tensor, bits: int, weight_scale: str, fp8: bool, rounding: str = "nearest"
+    w: torch.Tensor,
+    bits: int,
+    weight_scale: str,
+    fp8: bool,
+    rounding: str = "nearest",
+    dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """HQ's weight operand ``Q(B_O·W)`` per tensor, K-major: ``[I, padded(O, 16)]``. INT codes
     round to nearest (``weight_scale``: SAWB or max-abs); ``rounding=FP8_E4M3`` gives e4m3
-    values with the max-abs/448 scale (``gx_format="fp8"``)."""
+    values with the max-abs/448 scale (``gx_format="fp8"``). ``dtype``: the codes of
+    ``w.to(dtype)`` (the forward's GEMM's copy); on CUDA a float32 ``w`` to bfloat16 is
+    rounded in the kernel as it is read, so no copy is written (~6 bytes a parameter: the
+    8B widths' backward wrote and read 0.44 G parameters' copies only for these codes)."""
     rounding, scale_mode = hq_weight_quantizer(rounding, weight_scale)
+    in_kernel = dtype == torch.bfloat16 and w.dtype == torch.float32 and use_triton(w)
+    if dtype is not None and w.dtype != dtype and not in_kernel:
+        w = w.to(dtype)
     if use_triton(w):
         sawb = scale_mode == "sawb" and bits == 4
         return _triton_ops().hla_quantize(
-            _plain(w)[None], 0, list(ALL_ROWS), bits, rounding, sawb, fp8
+            _plain(w)[None], 0, list(ALL_ROWS), bits, rounding, sawb, fp8, round_bf16=in_kernel
         )
     q, s = quantize(block_hadamard(w, 0, 16), bits, False, rounding, scale_mode)
     q = q.t().contiguous()  # [I, O_pad] row-major: its .t() is the column-major mat2
@@ -296,7 +307,7 @@ def gx_codes_fp8(I: int, bits: int, rounding: str, device: torch.device) -> bool
 
 
 def weight_codes(
-    w: torch.Tensor, bits: int, rounding: str, weight_scale: str
+    w: torch.Tensor, bits: int, rounding: str, weight_scale: str, dtype: torch.dtype | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """HQ's weight operand for :func:`grad_input_codes`: ``Q(B_O·W)`` K-major ``[I, O_pad]``
     (e4m3 where the g_x GEMM is FP8) and its fp32 scale.
@@ -305,9 +316,11 @@ def weight_codes(
     it (the autocast copy, which the forward makes anyway), and saves the codes: one byte per
     weight, where autocast's bf16 backward saves the two-byte copy, and the backward no longer
     reads the fp32 master weight twice (gate/up of the benchmark's Llama: 68 µs,
-    ``experiments/results/plain_gw_h100.md``)."""
+    ``experiments/results/plain_gw_h100.md``). ``dtype``: the codes of ``w.to(dtype)``
+    (:func:`quantize_weight`: on CUDA without the copy, where the backward makes the codes
+    from the parameter and nothing else reads the copy)."""
     fp8 = gx_codes_fp8(w.shape[1], bits, rounding, w.device) or rounding == FP8_E4M3
-    return quantize_weight(w, bits, weight_scale, fp8, rounding)
+    return quantize_weight(w, bits, weight_scale, fp8, rounding, dtype)
 
 
 #: the shortest row (W's input channels) for which the fused weight pass beats the passes

@@ -92,6 +92,7 @@ def hla_quantize(
     fp8_codes: bool,
     signs: Optional[torch.Tensor] = None,  # noqa: UP045 (schema inference)
     amax: Optional[torch.Tensor] = None,  # noqa: UP045
+    round_bf16: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize(hla_transform(signed(x, signs), grid_w, rows), bits, False, rounding)`` for
     ``x [N, S, D]``, per tensor: codes written K-major as ``[D, R]`` (what the weight-gradient
@@ -102,6 +103,8 @@ def hla_quantize(
     max-abs/448 scale (``gw_format="fp8"``); ``fp8_codes`` stores INT-grid codes as e4m3.
     ``amax`` (no HLA, no signs, token blocks): x's max-abs bits, already taken by another
     kernel (:func:`hq_quantize`'s ``raw_amax`` over the same g_y): one pass, the codes.
+    ``round_bf16`` (float32 x): the codes of ``x.to(torch.bfloat16)``, rounded in registers
+    (HQ's weight codes from the fp32 parameter, without autocast's copy written and read).
     """
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -113,6 +116,7 @@ def hla_quantize(
     return launch_hla_quantize(
         wrap_triton(_hla_quant_kernel), x, grid_w, rows, bits, rounding, True, sawb,
         _code_dtype(fp8 or fp8_codes), flat, words, 0, amax_given=amax is not None,
+        round_bf16=round_bf16,
     )  # fmt: skip
 
 
