@@ -125,7 +125,11 @@
 # sleep150 8B torchao,hot_fp8_lean_noreuse (run 90: 1.026x at 0.948x peak) | fsdp2 FPROFILE=3
 # with hot_fp8_static (89.4 -> 83.6 ms) | fsdp2 in the other order. Under FSDP2 the step waits
 # on the host; HOT launches 1.85x inductor's kernels (~200 HLA quantizations' two passes each).
-# Next: (1) FSDP2 again with hot_fp8_static before hot_fp8 (is 6% the launcher or the order?)
+# After the calls, 740c5f7 (not run on a GPU): the late weight codes read the fp32 parameter
+# (_hla_quant_kernel ROUND_BF16), no bf16 copy of a weight in the backward.
+# Next: (0) fp8tests LOWK="weight_codes or swiglu" at the final commit (740c5f7's GPU test) and
+# llama8b:torchao_float8,hot_fp8_lean_noreuse,hot_fp8 (does the copy's 0.44 G parameters a
+# step close lean's 0.4% to 1.03x?); (1) FSDP2 again with hot_fp8_static before hot_fp8 (is 6% the launcher or the order?)
 # and a lean+static variant; (2) fewer launches: one pass where an HLA quantization's max-abs
 # is known from its producer (as amax_given does for g_y), the zeroed words from one scratch;
 # (3) llama8b lean_noreuse is 1.023-1.026x in runs 88 and 90: the 0.4% it lacks; (4) the 0.67B
