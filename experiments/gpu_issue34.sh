@@ -34,7 +34,8 @@
 # fsdp2:   tools/bench_distributed.py --wrapper fsdp2 on 2 GPUs, FSDP (default inductor / hot /
 #          hot_fp8 / torchao_float8; hot_fp8_lean[_noreuse] too), 200 steps, cut at FDEADLINE s;
 #          fsdp2one: the same on one GPU (FSDP1, default inductor / hot_fp8), the 1-GPU curves;
-#          FPROFILE=N: N more steps under torch.profiler (profile_llama_<variant>.txt).
+#          FPROFILE=N: N more steps under torch.profiler (profile_llama_<variant>.txt);
+#          FHOTOPT='{"inductor_config": {...}}': --hot-options for every hot variant.
 # pair:    on nvidia-h200-x2, two single-GPU benches at once: GPU0="model:variants" (default
 #          the 8B widths) and GPU1=... (default ViT-L/16), cut at DEADLINE s (two lanes, below).
 # fp8tests: tests/test_fp8_gpu.py alone.
@@ -272,7 +273,8 @@ elif [ "$part" = fsdp2 ] || [ "$part" = fsdp2one ]; then
   [ "$part" = fsdp2one ] && n=1 vs="${FSDP1:-inductor hot_fp8}" d=dist_n1
   timeout $(left ${FDEADLINE:-580}) torchrun --nproc-per-node $n tools/bench_distributed.py \
     --wrapper fsdp2 --models llama --variants $vs \
-    --steps 200 ${FPROFILE:+--profile $FPROFILE} --out $OUT/$d > $OUT/$d.log 2>&1; echo "$d rc=$?"; tail -20 $OUT/$d.log
+    --steps 200 ${FPROFILE:+--profile $FPROFILE} ${FHOTOPT:+--hot-options "$FHOTOPT"} \
+    --out $OUT/$d > $OUT/$d.log 2>&1; echo "$d rc=$?"; tail -20 $OUT/$d.log
 elif [ "$part" = pair ]; then
   # on nvidia-h200-x2: two single-GPU benches side by side, GPU0 (default the 8B widths) on
   # GPU 0, GPU1 (default ViT-L/16) on GPU 1, each cut at DEADLINE s since the start: two

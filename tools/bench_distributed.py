@@ -118,6 +118,20 @@ def _batches(name: str, per_rank: int, quick: bool, rank: int, device: torch.dev
         yield x.to(device), y.to(device)
 
 
+def hot_options(given: str, variant: str) -> dict[str, Any]:
+    """The hot backend's options of ``variant``: ``--hot-options`` (JSON), then the variant's
+    own on top; their ``inductor_config`` dicts merge (the variant's keys win), so that e.g.
+    ``'{"inductor_config": {"static_launch_user_defined_triton_kernels": true}}'`` reaches
+    the variants that set an inductor option of their own (hot_fp8_lean_noreuse's)."""
+    opts = dict(json.loads(given)) if given else {}
+    own = HOT_VARIANTS[variant]
+    config = {**opts.get("inductor_config", {}), **own.get("inductor_config", {})}
+    opts.update(own)
+    if config:
+        opts["inductor_config"] = config
+    return opts
+
+
 def build(args: argparse.Namespace, name: str, variant: str, device: torch.device):
     """The wrapped, compiled training module and the parameters to optimise."""
     spec = bench_models.MODELS[name]
@@ -129,8 +143,7 @@ def build(args: argparse.Namespace, name: str, variant: str, device: torch.devic
     model = WithLoss(core).to(device)
     backend: dict[str, Any] = {}
     if variant in HOT_VARIANTS:
-        opts = dict(json.loads(args.hot_options)) if args.hot_options else {}
-        opts.update(HOT_VARIANTS[variant])
+        opts = hot_options(args.hot_options, variant)
         if args.smoke:
             opts.setdefault("compiler", "aot_eager")
         backend = {"backend": "hot", "options": opts}
@@ -168,6 +181,17 @@ def wrapper_label(args: argparse.Namespace) -> str:
     if args.wrapper == "ddp" and args.bucket_mb:
         return f"ddp {args.bucket_mb:g}MB"
     return args.wrapper
+
+
+#: counters of torch.cuda.memory_stats whose growth over the timed steps means the step left
+#: the caching allocator's fast path: cudaMalloc / cudaFree calls, and the retries that free
+#: cached blocks (a device-wide synchronization) before allocating again
+ALLOCATOR_COUNTS = ("num_device_alloc", "num_device_free", "num_alloc_retries")
+
+
+def _allocator_counts(device: torch.device) -> dict[str, int]:
+    stats = torch.cuda.memory_stats(device)
+    return {k: int(stats.get(k, 0)) for k in ALLOCATOR_COUNTS}
 
 
 def _release(device: torch.device) -> float | None:
@@ -216,9 +240,11 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
         opt.step()
         return loss
 
+    before: dict[str, int] = {}
     for step in range(args.warmup + args.steps):
         if step == args.warmup and device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+            before = _allocator_counts(device)
         x, y = next(data)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -229,6 +255,9 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
         losses.append(loss.detach().float())
+    if before:  # the caching allocator's slow paths during the timed steps (rank 0's)
+        after = _allocator_counts(device)
+        rec["allocator"] = {k: after[k] - before[k] for k in before}
     if args.profile:  # every rank steps (the collectives need them all); rank 0 writes
         title = f"{name} {variant} {rec['wrapper']} x{world}"
         path = args.out / f"profile_{name}_{variant}.txt" if rank == 0 else None
