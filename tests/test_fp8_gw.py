@@ -123,3 +123,27 @@ def test_cost_report_names_the_fp8_g_w_path():
     default = hotcompile.report(model, x)
     assert {lay["gw_format"] for lay in default.to_json()["layers"]} == {"int8"}
     assert "4/fp8" not in default.table() and "4/8" in default.table()
+
+
+@pytest.mark.parametrize(("rows", "signs"), [(ROWS, False), (ROWS, True), ([], False)])
+def test_native_fp8_gemm_takes_the_two_scales_as_they_are(rows, signs):
+    """The native g_w GEMM on FP8 codes (``torch._scaled_mm``; torch runs it on the CPU too)
+    passes g_y's and x's per-tensor scales to the GEMM as they are (x's over 16 with HLA:
+    exact), not their product made by a kernel of its own (a launch a layer on CUDA): the
+    same g_w as the float32 product of the codes times both scales, for HLA rows, plain rows
+    and hla_signs' n/r."""
+    from hotcompile.lowering import hot
+
+    assert quant.has_fp8_gemm(torch.device("cpu"))  # (else this would test the float path)
+    g = torch.Generator().manual_seed(2)
+    x3 = torch.randn(2, 32, 48, generator=g)
+    gy3 = torch.randn(2, 32, 64, generator=g) * 1e-3
+    sgn = torch.where(torch.rand(2, 32, 1, generator=g) < 0.5, -1.0, 1.0) if signs else None
+    xq, sx = hot.compress(x3, 0, tuple(rows), 8, quant.FP8_E4M3, sgn)
+    got = hot.grad_weight(gy3, xq, sx, 0, tuple(rows), 8, quant.FP8_E4M3, sgn)
+    gq, sg = hot.hla_codes(gy3, 0, tuple(rows), 8, quant.FP8_E4M3, sgn)
+    want = (gq.double() @ xq.double()) * (sg * sx).double() / (16 if rows else 1)
+    want = want * (16 / len(rows)) if signs else want
+    assert got.dtype == torch.float32 and got.shape == (64, 48)
+    # (float32 accumulation against float64: near-zero sums differ in their last bits)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max())

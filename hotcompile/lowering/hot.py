@@ -483,24 +483,25 @@ def grad_weight(
         gqt, sg = given
     else:
         gqt, sg = hla_codes(gy3, grid_w, rows, bits, rounding, signs, gy_amax)  # [O, R]
-    scale = sg * sx / (16 if rows else 1)
+    sx = sx / 16 if rows else sx  # (a power of two: exact)
     R = gqt.shape[1]
-    if rounding == FP8_E4M3:
-        if _fp8_ok(O, R, I) and has_fp8_gemm(gqt.device):
-            one = torch.ones((), dtype=torch.float32, device=gqt.device)
-            gw = torch._scaled_mm(
-                gqt.contiguous(),
-                xq,
-                scale_a=scale.reshape(()),
-                scale_b=one,
-                out_dtype=torch.float32,
-            )
-        else:
-            gw = (gqt.to(torch.float32) @ xq.to(torch.float32)) * scale
+    if rounding == FP8_E4M3 and _fp8_ok(O, R, I) and has_fp8_gemm(gqt.device):
+        # the two per-tensor scales go to the GEMM as they are (cuBLAS multiplies them):
+        # their product is not a kernel of its own, one launch a layer fewer (the step's
+        # host time is what FSDP2's per-block frames wait on: fp8_forward_h200_s36.md)
+        gw = torch._scaled_mm(
+            gqt.contiguous(),
+            xq,
+            scale_a=sg.reshape(()),
+            scale_b=sx.reshape(()),
+            out_dtype=torch.float32,
+        )
+    elif rounding == FP8_E4M3:
+        gw = (gqt.to(torch.float32) @ xq.to(torch.float32)) * (sg * sx)
     elif _int_mm_ok(O, R, I, gqt.device):
-        gw = torch._int_mm(gqt.contiguous(), xq).to(torch.float32) * scale
+        gw = torch._int_mm(gqt.contiguous(), xq).to(torch.float32) * (sg * sx)
     else:
-        gw = (gqt.to(torch.float64) @ xq.to(torch.float64)).to(torch.float32) * scale
+        gw = (gqt.to(torch.float64) @ xq.to(torch.float64)).to(torch.float32) * (sg * sx)
     return gw if signs is None else gw * (16 / len(rows))
 
 
