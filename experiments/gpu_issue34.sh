@@ -126,9 +126,12 @@
 # sleep150 8B torchao,hot_fp8_lean_noreuse (run 90: 1.026x at 0.948x peak) | fsdp2 FPROFILE=3
 # with hot_fp8_static (89.4 -> 83.6 ms) | fsdp2 in the other order. Under FSDP2 the step waits
 # on the host; HOT launches 1.85x inductor's kernels (~200 HLA quantizations' two passes each).
-# After the calls, 740c5f7 (not run on a GPU): the late weight codes read the fp32 parameter
-# (_hla_quant_kernel ROUND_BF16), no bf16 copy of a weight in the backward.
-# Next: (0) fp8tests LOWK="weight_codes or swiglu" at the final commit (740c5f7's GPU test) and
+# After the calls, not run on a GPU: 740c5f7 (the late weight codes read the fp32 parameter,
+# _hla_quant_kernel ROUND_BF16: no bf16 copy of a weight in the backward) and 0cd1654 (the FP8
+# g_w GEMM takes both per-tensor scales: no kernel for their product).
+# Next: (0) `tests` (all four GPU test files; 740c5f7's assertion is in test_lowering_gpu's
+# test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy), then FSDP2 with
+# --profile (launches a step: 1399 before) and
 # llama8b:torchao_float8,hot_fp8_lean_noreuse,hot_fp8 (does the copy's 0.44 G parameters a
 # step close lean's 0.4% to 1.03x?); (1) FSDP2 again with hot_fp8_static before hot_fp8 (is 6% the launcher or the order?)
 # and a lean+static variant; (2) fewer launches: one pass where an HLA quantization's max-abs
