@@ -94,6 +94,12 @@ def test_a_peak_that_includes_an_earlier_variants_memory_says_so() -> None:
     inductor_row, torchao_row = (ln for ln in clean.splitlines() if ln.startswith("| llama"))
     assert "11.45 GiB |" in inductor_row and "held" not in inductor_row
     assert "11.45 GiB (incl. 2.49 held at start)" in torchao_row
+    assert "Profiled steps" not in clean  # no --profile: no table of it
+    prof = {"wall_ms": 85.8, "gpu_busy_ms": 77.1, "gpu_busy_fraction": 0.899, "idle_ms": 8.1,
+            "host_wait_ms": 5.1}  # fmt: skip
+    text = bd.markdown({"environment": {**env, "command": "c", "smoke": False},
+                        "results": [{**rec, "variant": "inductor", "profile": prof}]})  # fmt: skip
+    assert "| llama | inductor | 2 | 85.8 ms | 77.1 ms (90%) | 8.1 ms | 5.1 ms |" in text
     assert (
         bd.HOT_VARIANTS["hot_fp8_lean_noreuse"]
         == load_tool("bench_train.py").VARIANTS["hot_fp8_lean_noreuse"]

@@ -393,6 +393,25 @@ def markdown(res: dict[str, Any]) -> str:
         "collection (an earlier variant's), which the peak includes. Loss: averaged over "
         "ranks, first and last step (warm-up included).",
     ]
+    profiled = [r for r in res["results"] if r.get("profile")]
+    if profiled:
+        lines += [
+            "",
+            "Profiled steps (--profile, rank 0; the profiler's own cost per launch raises "
+            "every wall time, most where there are the most launches):",
+            "",
+            "| model | variant | GPUs | wall | GPU busy | GPU idle | of it, waiting for a host "
+            "launch |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in profiled:
+            p = r["profile"]
+            busy = p.get("gpu_busy_fraction")
+            lines.append(
+                f"| {r['model']} | {r['variant']} | {r['world']} | {p['wall_ms']:.1f} ms | "
+                f"{p['gpu_busy_ms']:.1f} ms{f' ({busy:.0%})' if busy else ''} | "
+                f"{p['idle_ms']:.1f} ms | {p['host_wait_ms']:.1f} ms |"
+            )
     return "\n".join(lines) + "\n"
 
 
