@@ -134,8 +134,10 @@
 # --profile (launches a step: 1399 before) and
 # llama8b:torchao_float8,hot_fp8_lean_noreuse,hot_fp8 (does the copy's 0.44 G parameters a
 # step close lean's 0.4% to 1.03x?); (1) FSDP2 again with hot_fp8_static before hot_fp8 (is 6% the launcher or the order?)
-# and a lean+static variant; (2) fewer launches: one pass where an HLA quantization's max-abs
-# is known from its producer (as amax_given does for g_y), the zeroed words from one scratch;
+# and a lean+static variant (FHOTOPT); (2) fewer launches, per HOT layer in the backward (the
+# 0.67B Llama's 1399 a step): the zeroed max-abs words (~2 a layer, triton_poi_fused copies of
+# a zero) from one fill per graph; the g_x GEMM's rowwise W scale (s_w/16 expanded to [1, I],
+# a kernel a layer) written by the weight codes' MODE-2 programs of pid_b 0;
 # (3) llama8b lean_noreuse is 1.023-1.026x in runs 88 and 90: the 0.4% it lacks; (4) the 0.67B
 # Llama's lean step (profile PVARIANTS=hot_fp8,hot_fp8_lean_noreuse); (5) reuse off as
 # prefer="memory"'s default (no ViT run); (6) peakmoment PMVARIANTS=hot_fp8_lean + replay with
