@@ -496,12 +496,14 @@ def grad_weight(
             scale_b=sx.reshape(()),
             out_dtype=torch.float32,
         )
-    elif rounding == FP8_E4M3:
-        gw = (gqt.to(torch.float32) @ xq.to(torch.float32)) * (sg * sx)
-    elif _int_mm_ok(O, R, I, gqt.device):
-        gw = torch._int_mm(gqt.contiguous(), xq).to(torch.float32) * (sg * sx)
     else:
-        gw = (gqt.to(torch.float64) @ xq.to(torch.float64)).to(torch.float32) * (sg * sx)
+        if rounding == FP8_E4M3:
+            acc = gqt.to(torch.float32) @ xq.to(torch.float32)
+        elif _int_mm_ok(O, R, I, gqt.device):
+            acc = torch._int_mm(gqt.contiguous(), xq).to(torch.float32)
+        else:
+            acc = (gqt.to(torch.float64) @ xq.to(torch.float64)).to(torch.float32)
+        gw = acc * (sg * sx)
     return gw if signs is None else gw * (16 / len(rows))
 
 
