@@ -381,6 +381,24 @@ WEIGHT_OPERANDS = textwrap.dedent("""
                                           sawb=sawb, out_dtype=dtype, round_bf16=True)
                     n += 1
                     bad += not (same(dc, rc) and same(ds, rs))
+                # scale_row: each kernel's scale as the g_x GEMM's rowwise scale_b, s/16 over
+                # [1, I], written by its codes pass, the codes unchanged; of a weight whose
+                # scale is finite (w's NaN and bf16 infinity make every value NaN or inf)
+                wf = w.clone()
+                wf[5, 7] = wf[11, 0] = 0.0
+                args = (bits, rounding, sawb, dtype, round_bf16)
+                fc_, fs_, _, _ = weight_operands(wf, *args)
+                hq2, hr, _, _ = weight_operands(wf, *args, scale_row=True)
+                n += 1
+                bad += not (same(hq2, fc_) and hr.shape == (1, I) and torch.isfinite(fs_)
+                            and torch.equal(hr, (fs_ / 16).expand(1, I)))
+                kw = dict(sawb=sawb, out_dtype=dtype, round_bf16=round_bf16)
+                fc_, fs_ = hla_quantize(wf[None], 0, list(range(16)), bits, rounding, **kw)
+                dc, dr = hla_quantize(wf[None], 0, list(range(16)), bits, rounding, **kw,
+                                      scale_row=True)
+                n += 1
+                bad += not (same(dc, fc_) and dr.shape == (1, I)
+                            and torch.equal(dr, (fs_ / 16).expand(1, I)))
     print(f"{n - bad}/{n}")
 """)
 
@@ -391,7 +409,9 @@ def test_interpreted_weight_operands_are_hq_and_the_fp8_copy_bit_exactly(tmp_pat
     (HQ's weight quantizer) and the rowwise e4m3 copy and row scales as ``quantize``, from
     the fp32 weight or its bf16 rounding (ties to even, infinity and NaN as torch's cast),
     for INT4 SAWB, INT8 and FP8 HQ codes; and ``hla_quantize(..., round_bf16=True)`` (HQ's
-    codes alone, made in the backward from the fp32 parameter) as of the bf16 copy."""
+    codes alone, made in the backward from the fp32 parameter) as of the bf16 copy. With
+    ``scale_row`` both write HQ's scale/16 over ``[1, I]`` (the g_x GEMM's rowwise
+    ``scale_b``) in place of the scale, for a width the last tile masks (130) too."""
     _all_of_them(_run_script(tmp_path / "weight_operands_check.py", WEIGHT_OPERANDS, True))
 
 
@@ -417,12 +437,13 @@ AOT_HOPPER = textwrap.dedent("""
 
     sig = {"w_ptr": "*fp32", "hq_ptr": "*fp8e4nv", "hq_scale_ptr": "*fp32", "amax_ptr": "*i32",
            "stats_ptr": "*fp32", "rmax_ptr": "*i32", "fp8_ptr": "*fp8e4nv", "rscale_ptr": "*fp32",
-           "G": "i32", "O": "i32", "I": "i32", "R": "i32", "seed": "i32", "numel": "fp32"}
+           "row_ptr": "*fp32", "G": "i32", "O": "i32", "I": "i32", "R": "i32", "seed": "i32",
+           "numel": "fp32"}
     n = 0
     for mode in (1, 2):
         for sawb, rounding, qmax, pm in ((False, 3, 448, 8), (True, 0, 7, 10)):
             const = dict(MODE=mode, SAWB=sawb, ROUND_BF16=True, ROUNDING=rounding, QMAX=qmax,
-                         PM=pm, BLOCK_B=BLOCK_B, BLOCK_D=BLOCK_D)
+                         PM=pm, BLOCK_B=BLOCK_B, BLOCK_D=BLOCK_D, SCALE_ROW=True)
             src = ASTSource(fn=_weight_operands_kernel, constexprs=const,
                             signature={**sig, **{k: "constexpr" for k in const}})
             kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -460,12 +481,13 @@ AOT_HOPPER = textwrap.dedent("""
     # HQ's weight codes from the fp32 parameter (the late codes, ROUND_BF16), both passes
     from hotcompile.kernels.hla_triton import _hla_quant_kernel, quantizer_constexprs
     sig = {"x_ptr": "*fp32", "codes_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "amax_ptr": "*i32",
-           "stats_ptr": "*fp32", "sign_ptr": "*fp32", "G": "i32", "D": "i32", "R": "i32",
-           "nb": "i32", "S": "i32", "H": "i32", "W": "i32", "NBW": "i32", "stride_n": "i64",
-           "stride_s": "i32", "seed": "i32", "numel": "fp32"}
+           "stats_ptr": "*fp32", "sign_ptr": "*fp32", "row_ptr": "*fp32", "G": "i32", "D": "i32",
+           "R": "i32", "nb": "i32", "S": "i32", "H": "i32", "W": "i32", "NBW": "i32",
+           "stride_n": "i64", "stride_s": "i32", "seed": "i32", "numel": "fp32"}
     for mode in (1, 2):
         const = dict(MODE=mode, TRANS=True, PATCH=False, SIGNS=False, TRANSFORM=True,
                      ROWS=sum(k << (5 * k) for k in range(16)), NR=16, RP=16, ROUND_BF16=True,
+                     SCALE_ROW=True,
                      **quantizer_constexprs(8, "fp8_e4m3", False, 8, 64, 4))
         warps = const.pop("num_warps")
         src = ASTSource(fn=_hla_quant_kernel, constexprs=const,

@@ -243,7 +243,9 @@ def test_native_weight_codes_are_the_reference_of_the_forwards_copy() -> None:
     wb = w.to(torch.bfloat16)
     wq, sw = hot.weight_codes(wb, 8, "fp8_e4m3", "maxabs")
     rq, rs = quantize(block_hadamard(wb, 0, 16), 8, False, "fp8_e4m3")
-    assert torch.equal(wq.t().float(), rq.float()) and torch.equal(sw, rs)
+    assert torch.equal(wq.t().float(), rq.float())
+    # the scale as the g_x GEMM's rowwise scale_b takes it: s/16 over a row [1, I]
+    assert sw.shape == (1, 64) and sw.is_contiguous() and torch.equal(sw, (rs / 16).expand(1, 64))
     # the late codes pass the fp32 parameter and the dtype (on CUDA the kernel rounds as it
     # reads): the codes of the same bf16 copy, for a weight with bf16 ties too
     w[0, :4] = 1 + 2.0**-8

@@ -53,3 +53,15 @@ def test_weight_operands_are_hq_and_the_fp8_copy(bits, rounding, sawb, dtype, O,
         assert (hq.float() != rc.float()).float().mean() < 1e-3
     else:
         assert _same(hq, rc) and _same(hs, rs)
+    # with scale_row (the compiled step's call) the scale comes as s/16 over [1, I], the g_x
+    # GEMM's rowwise scale_b, from the same pass; the codes are the same. A finite weight
+    # (w's NaN makes every value of the row NaN); SAWB: another launch's atomic sums
+    wf = w.clone()
+    wf[5, 7] = 0.0
+    fq, fs, _, _ = weight_operands(wf, bits, rounding, sawb, dtype, True)
+    hq2, row, _, _ = weight_operands(wf, bits, rounding, sawb, dtype, True, scale_row=True)
+    assert row.shape == (1, I) and row.is_contiguous() and bool(torch.isfinite(fs).all())
+    want = (fs / 16).expand(1, I)
+    assert torch.equal(row, want) if not sawb else torch.allclose(row, want, rtol=1e-6)
+    if not sawb:
+        assert _same(hq2, fq)

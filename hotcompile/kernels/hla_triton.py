@@ -250,17 +250,23 @@ def _tensor_scale(amax_ptr, stats_ptr, numel, SAWB: tl.constexpr, QMAX: tl.const
 
 @triton.jit
 def _tensor_codes(
-    t, g, gmask, d, dmask, pid_b, pid_d, codes_ptr, scale_ptr, amax_ptr, stats_ptr,
+    t, g, gmask, d, dmask, pid_b, pid_d, codes_ptr, scale_ptr, amax_ptr, stats_ptr, row_ptr,
     D, R, seed, numel,
     SAWB: tl.constexpr, TRANS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
-    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr, SCALE_ROW: tl.constexpr,
 ):  # fmt: skip
     """The codes of a ``[BLOCK_B, BLOCK_D, RP]`` tile (slot k of block g is row ``g·NR + k``,
     slots ≥ NR padding) with the per-tensor scale of :func:`_tensor_scale`, stored ``[R, D]``
-    or (TRANS) ``[D, R]``; the scale itself by the first program."""
+    or (TRANS) ``[D, R]``; the scale itself by the first program. SCALE_ROW: the programs of
+    the first row block also write ``scale/16`` at each of their D positions of ``row_ptr``
+    (HQ's weight scale as the g_x GEMM's rowwise ``scale_b``: no kernel of its own to expand
+    it; a power of two, so the same bits as the host's ``scale / 16``)."""
     scale = _tensor_scale(amax_ptr, stats_ptr, numel, SAWB, QMAX)
     if (pid_b == 0) & (pid_d == 0):
         tl.store(scale_ptr, scale)
+    if SCALE_ROW:
+        if pid_b == 0:
+            tl.store(row_ptr + d, tl.zeros_like(d).to(tl.float32) + scale * 0.0625, mask=dmask)
     k = tl.arange(0, RP)
     row = g[:, None, None] * NR + k[None, None, :]  # [BLOCK_B, 1, RP]
     mask = gmask[:, None, None] & dmask[None, :, None] & (k < NR)[None, None, :]
@@ -274,19 +280,21 @@ def _tensor_codes(
 
 @triton.jit
 def _hla_quant_kernel(
-    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr,
+    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr, row_ptr,
     G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel,
     MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr, SAWB: tl.constexpr,
     SIGNS: tl.constexpr, TRANSFORM: tl.constexpr,
     ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, ROUND_BF16: tl.constexpr,
+    SCALE_ROW: tl.constexpr,
 ):  # fmt: skip
     """MODE 1: max-abs of the kept coefficients into ``amax_ptr`` (atomic max on int bits);
     with SAWB also Σt², Σ|t| into ``stats_ptr`` (atomic fp32 adds). MODE 2: quantize with the
     scale from MODE 1; codes ``[R, D]`` or (TRANS) ``[D, R]``, in the codes tensor's dtype.
     ROUND_BF16: x is float32 and is read as its bfloat16 copy would be (HQ's weight codes
-    from the fp32 parameter, as autocast's copy, without the copy written)."""
+    from the fp32 parameter, as autocast's copy, without the copy written). SCALE_ROW (MODE 2):
+    ``scale/16`` over ``row_ptr [D]`` as well (:func:`_tensor_codes`)."""
     pid_b = tl.program_id(0)
     pid_d = tl.program_id(1)
     g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -326,7 +334,7 @@ def _hla_quant_kernel(
     else:
         _tensor_codes(
             t, g, gmask, d, dmask, pid_b, pid_d, codes_ptr, scale_ptr, amax_ptr, stats_ptr,
-            D, R, seed, numel, SAWB, TRANS, NR, RP, ROUNDING, QMAX, PM,
+            row_ptr, D, R, seed, numel, SAWB, TRANS, NR, RP, ROUNDING, QMAX, PM, SCALE_ROW,
         )  # fmt: skip
 
 
@@ -372,6 +380,7 @@ def hla_quantize(
     out_dtype: torch.dtype = torch.int8,
     signs: torch.Tensor | None = None,
     round_bf16: bool = False,
+    scale_row: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``quantize(hla_transform(x, grid_w, rows), bits, False, rounding)`` on CUDA.
 
@@ -385,6 +394,7 @@ def hla_quantize(
     or ``[N, S]``, ±1): x is read as ``x · signs`` (hla_signs) without a signed copy of x —
     which for an LM head's g_y (N·S × vocab) was most of a GiB of peak memory.
     ``round_bf16`` (float32 x): the codes of ``x.to(torch.bfloat16)`` without that copy.
+    ``scale_row``: ``scale/16`` over ``[1, D]`` in place of the scale (:func:`launch_hla_quantize`).
     """
     fp8 = rounding == FP8_E4M3
     if fp8:
@@ -404,6 +414,7 @@ def hla_quantize(
     return launch_hla_quantize(
         _hla_quant_kernel, x, grid_w, rows, bits, rounding, transposed, sawb, out_dtype,
         signs, words, seed, block_b, block_d, num_warps, round_bf16=round_bf16,
+        scale_row=scale_row,
     )  # fmt: skip
 
 
@@ -440,6 +451,7 @@ def launch_hla_quantize(
     num_warps: int = 4,
     amax_given: bool = False,
     round_bf16: bool = False,
+    scale_row: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Allocate the outputs and launch ``_hla_quant_kernel`` twice (max-abs, then codes):
     the one copy of the launch arithmetic, shared by :func:`hla_quantize` (the ops path:
@@ -454,7 +466,11 @@ def launch_hla_quantize(
     ``experiments/results/plain_codes_pass_h100.md``).
 
     ``round_bf16`` (float32 x): the codes of ``x.to(torch.bfloat16)``, each value rounded as
-    it is loaded, so that the bf16 copy is neither written nor read back."""
+    it is loaded, so that the bf16 copy is neither written nor read back.
+
+    ``scale_row``: the second output is ``scale/16`` repeated over ``[1, D]`` in place of the
+    scale ``[1]`` (HQ's weight codes, ``rows = range(16)`` over ``W[None]``: the g_x GEMM's
+    rowwise ``scale_b``, written by the codes pass instead of a kernel that expands it)."""
     N, S, D = x.shape
     nb, H, W, nbw = hla_rows_count(S, grid_w)
     transform = len(rows) > 0
@@ -476,9 +492,10 @@ def launch_hla_quantize(
     block_d = min(block_d, triton.next_power_of_2(D))
     grid = (triton.cdiv(G, block_b), triton.cdiv(D, block_d))
     sp = signs if signs is not None else scale  # any pointer when SIGNS is off
+    row = torch.empty((1, D), dtype=torch.float32, device=x.device) if scale_row else scale
     args = (
-        x, codes, scale, amax, stats, sp, G, D, R, nb, S, H, W, nbw, x.stride(0), x.stride(1), seed,
-        float(R * D),
+        x, codes, scale, amax, stats, sp, row, G, D, R, nb, S, H, W, nbw, x.stride(0),
+        x.stride(1), seed, float(R * D),
     )  # fmt: skip
     common = dict(
         TRANS=transposed,
@@ -489,12 +506,13 @@ def launch_hla_quantize(
         NR=nr,
         RP=rp,
         ROUND_BF16=round_bf16 and x.dtype == torch.float32,
+        SCALE_ROW=scale_row,
         **quantizer_constexprs(bits, rounding, sawb, block_b, block_d, num_warps),
     )
     if not amax_given:
         kernel[grid](*args, MODE=1, **common)
     kernel[grid](*args, MODE=2, **common)
-    return codes, scale
+    return codes, row
 
 
 def _ref(name: str, *args):

@@ -86,15 +86,16 @@ def _row_pass(
 
 @triton.jit
 def _weight_operands_kernel(
-    w_ptr, hq_ptr, hq_scale_ptr, amax_ptr, stats_ptr, rmax_ptr, fp8_ptr, rscale_ptr,
+    w_ptr, hq_ptr, hq_scale_ptr, amax_ptr, stats_ptr, rmax_ptr, fp8_ptr, rscale_ptr, row_ptr,
     G, O, I, R, seed, numel,
     MODE: tl.constexpr, SAWB: tl.constexpr, ROUND_BF16: tl.constexpr,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, SCALE_ROW: tl.constexpr,
 ):  # fmt: skip
     """MODE 1: HQ's max-abs (and SAWB's Σt², Σ|t|) into ``amax_ptr``/``stats_ptr``, each row's
     max-abs into ``rmax_ptr``. MODE 2: HQ's codes K-major ``[I, R]`` and scale, the rowwise
-    e4m3 copy ``[O, I]`` and its row scales ``[O]``."""
+    e4m3 copy ``[O, I]`` and its row scales ``[O]``; with SCALE_ROW also HQ's scale/16 over
+    ``row_ptr [I]`` (the g_x GEMM's rowwise scale of W)."""
     pid_b = tl.program_id(0)
     pid_d = tl.program_id(1)
     g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -147,7 +148,7 @@ def _weight_operands_kernel(
     else:  # K-major [I, R], as hla_quantize writes HQ's weight operand
         _tensor_codes(
             t, g, gmask, d, dmask, pid_b, pid_d, hq_ptr, hq_scale_ptr, amax_ptr, stats_ptr,
-            I, R, seed, numel, SAWB, True, 16, 16, ROUNDING, QMAX, PM,
+            row_ptr, I, R, seed, numel, SAWB, True, 16, 16, ROUNDING, QMAX, PM, SCALE_ROW,
         )  # fmt: skip
 
 
@@ -163,6 +164,7 @@ def weight_operands(
     block_d: int = BLOCK_D,
     num_warps: int = 4,
     kernel=None,
+    scale_row: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(hq_codes [I, O_pad], hq_scale [1], w_fp8 [O, I], w_scale [O])`` of ``w [O, I]``
     (float32 or bfloat16, unit last stride): HQ's operand as ``hla_quantize(w[None], 0,
@@ -170,7 +172,9 @@ def weight_operands(
     weight rounding, "nearest" or FP8), and the forward's rowwise e4m3 copy as
     ``quantize(w, 8, True, FP8_E4M3)`` (both of ``w.to(torch.bfloat16)`` with
     ``round_bf16``). ``words``: zeroed int32 scratch of ``3 + O`` words (HQ's max-abs, SAWB's
-    two sums, the rows' max-abs); ``kernel``: the jitted kernel or its ``wrap_triton``."""
+    two sums, the rows' max-abs); ``kernel``: the jitted kernel or its ``wrap_triton``.
+    ``scale_row``: ``hq_scale/16`` over ``[1, I]`` in place of ``hq_scale`` (as
+    :func:`hotcompile.kernels.hla_triton.launch_hla_quantize`)."""
     if w.dim() != 2 or w.dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"weight_operands takes a 2-D float32/bfloat16 weight, got {w.shape} "
                          f"{w.dtype}")  # fmt: skip
@@ -187,17 +191,19 @@ def weight_operands(
     hq_scale = torch.empty((1,), dtype=torch.float32, device=w.device)
     w8 = torch.empty((O, I), dtype=torch.float8_e4m3fn, device=w.device)
     w_scale = torch.empty((O,), dtype=torch.float32, device=w.device)
+    row = torch.empty((1, I), dtype=torch.float32, device=w.device) if scale_row else hq_scale
     block_d = min(block_d, triton.next_power_of_2(I))
     grid = (triton.cdiv(G, block_b), triton.cdiv(I, block_d))
     args = (
-        w, hq, hq_scale, words[:1], words[1:3].view(torch.float32), words[3:], w8, w_scale,
+        w, hq, hq_scale, words[:1], words[1:3].view(torch.float32), words[3:], w8, w_scale, row,
         G, O, I, R, 0, float(R * I),
     )  # fmt: skip
     common = dict(
+        SCALE_ROW=scale_row,
         ROUND_BF16=round_bf16 and w.dtype != torch.bfloat16,
         **quantizer_constexprs(bits, rounding, sawb, block_b, block_d, num_warps),
     )
     kernel = kernel or _weight_operands_kernel
     kernel[grid](*args, MODE=1, **common)
     kernel[grid](*args, MODE=2, **common)
-    return hq, hq_scale, w8, w_scale
+    return hq, row, w8, w_scale

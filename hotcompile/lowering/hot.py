@@ -227,6 +227,15 @@ def swiglu_forward(
     return ca, sa, cb, sb, *swiglu_codes(y)  # (the same rowwise quantizer as fp8.operands)
 
 
+def gx_weight_scale(s: torch.Tensor, I: int) -> torch.Tensor:
+    """HQ's per-tensor weight scale ``s`` as the g_x GEMM takes it: ``s/16`` (the Hadamard's
+    normalisation; a power of two, so exact) repeated over a contiguous row ``[1, I]``, the
+    shape of ``torch._scaled_mm``'s rowwise ``scale_b``. On CUDA the weight's codes kernel
+    writes this row itself (``scale_row``), so no kernel a layer expands it in the backward;
+    this is the same row in ATen, for the paths without that kernel."""
+    return (s.reshape(1, 1) / 16).expand(1, I).contiguous()
+
+
 def quantize_weight(
     w: torch.Tensor,
     bits: int,
@@ -235,7 +244,8 @@ def quantize_weight(
     rounding: str = "nearest",
     dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """HQ's weight operand ``Q(B_O·W)`` per tensor, K-major: ``[I, padded(O, 16)]``. INT codes
+    """HQ's weight operand ``Q(B_O·W)`` per tensor, K-major: ``[I, padded(O, 16)]``, and its
+    scale as :func:`gx_weight_scale`'s row ``[1, I]``. INT codes
     round to nearest (``weight_scale``: SAWB or max-abs); ``rounding=FP8_E4M3`` gives e4m3
     values with the max-abs/448 scale (``gx_format="fp8"``). ``dtype``: the codes of
     ``w.to(dtype)`` (the forward's GEMM's copy); on CUDA a float32 ``w`` to bfloat16 is
@@ -248,11 +258,12 @@ def quantize_weight(
     if use_triton(w):
         sawb = scale_mode == "sawb" and bits == 4
         return _triton_ops().hla_quantize(
-            _plain(w)[None], 0, list(ALL_ROWS), bits, rounding, sawb, fp8, round_bf16=in_kernel
-        )
+            _plain(w)[None], 0, list(ALL_ROWS), bits, rounding, sawb, fp8, round_bf16=in_kernel,
+            scale_row=True,
+        )  # fmt: skip
     q, s = quantize(block_hadamard(w, 0, 16), bits, False, rounding, scale_mode)
     q = q.t().contiguous()  # [I, O_pad] row-major: its .t() is the column-major mat2
-    return (q.to(torch.float8_e4m3fn) if fp8 else q), s
+    return (q.to(torch.float8_e4m3fn) if fp8 else q), gx_weight_scale(s, w.shape[1])
 
 
 def plain_rows(grid_w: int, rows: tuple[int, ...], signs_on: bool) -> bool:
@@ -310,7 +321,8 @@ def weight_codes(
     w: torch.Tensor, bits: int, rounding: str, weight_scale: str, dtype: torch.dtype | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """HQ's weight operand for :func:`grad_input_codes`: ``Q(B_O·W)`` K-major ``[I, O_pad]``
-    (e4m3 where the g_x GEMM is FP8) and its fp32 scale.
+    (e4m3 where the g_x GEMM is FP8) and its fp32 scale over 16 as a row ``[1, I]``
+    (:func:`gx_weight_scale`).
 
     The autograd Function calls it in the *forward*, on the weight as the forward's GEMM reads
     it (the autocast copy, which the forward makes anyway), and saves the codes: one byte per
@@ -414,8 +426,9 @@ def grad_input_codes(
     given: tuple | None = None,
     fast_accum: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """HQ g_x ``[L, I]`` in gy's dtype from the weight's codes ``wq [I, O_pad]`` and scale
-    (:func:`weight_codes`): ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``; and with ``raw_amax`` on CUDA g_y's
+    """HQ g_x ``[L, I]`` in gy's dtype from the weight's codes ``wq [I, O_pad]`` and scale row
+    ``sw = s_w/16`` ``[1, I]`` (:func:`weight_codes`): ``diag(s_g)·(Ĝq·Ŵq)·s_w/16``; and with
+    ``raw_amax`` on CUDA g_y's
     own max-abs bits, taken by the same kernel (:func:`quantize_gy`), else None. ``given``:
     g_y's operand as :func:`quantize_gy` would return it, already made by g_y's producer
     (:func:`swiglu_backward`): no pass over g_y here. ``fast_accum``: FP8 *values*
@@ -431,6 +444,9 @@ def grad_input_codes(
     accumulate in float32 as the FP8 GEMM does) or float64 (INT8).
     """
     L, I = gy2.shape[0], wq.shape[0]
+    if tuple(sw.shape) != (1, I):  # a bare scale [1] would be 16x off, not an error
+        raise ValueError(f"grad_input_codes takes the weight's scale row [1, {I}] "
+                         f"(weight_codes), got {tuple(sw.shape)}")  # fmt: skip
     fp8_values = rounding == FP8_E4M3
     fp8 = gx_codes_fp8(I, bits, rounding, gy2.device)
     if given is not None:
@@ -438,12 +454,11 @@ def grad_input_codes(
     else:
         codes_fp8, pad = gy_operand_layout(I, bits, rounding, gy2.device)
         gq, sg, raw = quantize_gy(gy2, bits, per_token, rounding, codes_fp8, pad, raw_amax)
-    s_w = sw / 16
     if fp8:
-        if per_token:
-            s_a, s_b = sg[:, None], s_w.expand(1, I).contiguous()
+        if per_token:  # the row is rowwise scale_b as it is: no kernel to expand s_w/16
+            s_a, s_b = sg[:, None], sw
         else:  # tensorwise scales as 0-d tensors: inductor's lowering recognises that recipe
-            s_a, s_b = sg.reshape(()), s_w.reshape(())
+            s_a, s_b = sg.reshape(()), sw[:, :1].reshape(())
         out = torch._scaled_mm(
             gq, wq.t(), scale_a=s_a, scale_b=s_b, out_dtype=gy2.dtype,
             use_fast_accum=fast_accum and fp8_values,
@@ -455,7 +470,7 @@ def grad_input_codes(
     else:
         dt = torch.float32 if bits == 4 or fp8_values else torch.float64
         acc = (gq.to(dt) @ wq.t().to(dt)).to(torch.float32)
-    return (acc * s_row * s_w).to(gy2.dtype)[:L], raw
+    return (acc * s_row * sw).to(gy2.dtype)[:L], raw
 
 
 def grad_weight(

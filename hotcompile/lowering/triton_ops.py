@@ -93,6 +93,7 @@ def hla_quantize(
     signs: Optional[torch.Tensor] = None,  # noqa: UP045 (schema inference)
     amax: Optional[torch.Tensor] = None,  # noqa: UP045
     round_bf16: bool = False,
+    scale_row: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize(hla_transform(signed(x, signs), grid_w, rows), bits, False, rounding)`` for
     ``x [N, S, D]``, per tensor: codes written K-major as ``[D, R]`` (what the weight-gradient
@@ -105,6 +106,8 @@ def hla_quantize(
     kernel (:func:`hq_quantize`'s ``raw_amax`` over the same g_y): one pass, the codes.
     ``round_bf16`` (float32 x): the codes of ``x.to(torch.bfloat16)``, rounded in registers
     (HQ's weight codes from the fp32 parameter, without autocast's copy written and read).
+    ``scale_row``: the second output is ``scale/16`` over ``[1, D]`` (HQ's weight scale as
+    the g_x GEMM's rowwise ``scale_b``), written by the codes pass: no expand kernel a layer.
     """
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -116,7 +119,7 @@ def hla_quantize(
     return launch_hla_quantize(
         wrap_triton(_hla_quant_kernel), x, grid_w, rows, bits, rounding, True, sawb,
         _code_dtype(fp8 or fp8_codes), flat, words, 0, amax_given=amax is not None,
-        round_bf16=round_bf16,
+        round_bf16=round_bf16, scale_row=scale_row,
     )  # fmt: skip
 
 
@@ -149,7 +152,8 @@ def weight_operands(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A weight ``w [O, I]``'s two per-step operands under ``forward="fp8"`` from one pair of
     passes (:mod:`hotcompile.kernels.weight_triton`): HQ's codes ``[I, padded(O, 16)]`` and
-    scale ``[1]`` (as :func:`hla_quantize` with every row kept; ``rounding`` HQ's weight
+    scale over 16 as a row ``[1, I]`` (as :func:`hla_quantize` with every row kept and
+    ``scale_row``; ``rounding`` HQ's weight
     rounding, ``fp8_codes`` INT-grid codes stored as e4m3) and the rowwise e4m3 copy
     ``[O, I]`` with its row scales ``[O]``, each of ``w`` rounded to bf16 with
     ``round_bf16``."""
@@ -157,7 +161,7 @@ def weight_operands(
     words = torch.zeros((3 + w.shape[0],), dtype=torch.int32, device=w.device)
     return launch_weight_operands(
         w, bits, rounding, sawb, _code_dtype(fp8 or fp8_codes), round_bf16, words,
-        kernel=wrap_triton(_weight_operands_kernel),
+        kernel=wrap_triton(_weight_operands_kernel), scale_row=True,
     )  # fmt: skip
 
 
