@@ -31,7 +31,7 @@ def _torchrun(n: int, out: pathlib.Path, *extra: str) -> None:
 def test_bench_distributed_smoke(tmp_path: pathlib.Path) -> None:
     one, two, merged = tmp_path / "n1", tmp_path / "n2", tmp_path / "merged"
     _torchrun(1, one, "--models", "llama", "--variants", "inductor", "hot")
-    _torchrun(2, two, "--variants", "inductor", "hot", "torchao_float8")
+    _torchrun(2, two, "--variants", "inductor", "hot", "torchao_float8", "--profile", "1")
     for d in (one, two):
         for f in ("bench_distributed.json", "bench_distributed.md", "loss_curves.png"):
             assert (d / f).stat().st_size > 0, d / f
@@ -42,6 +42,9 @@ def test_bench_distributed_smoke(tmp_path: pathlib.Path) -> None:
     assert hot["step_ms"] > 0 and len(hot["losses"]) == 6 and hot["hot_layers"] > 0
     assert runs[("vit_b16", "hot")]["hot_layers"] > 0
     assert hot["plans_agree"] is True and runs[("vit_b16", "hot")]["plans_agree"] is True
+    # --profile: every rank profiles and writes its tables; the record holds both summaries
+    assert len(hot["profile_by_rank"]) == 2 and len(hot["step_ms_by_rank"]) == 2
+    assert all((two / f"profile_llama_hot{r}.txt").exists() for r in ("", "_rank1"))
     assert all(not r.get("eager_layers") for r in res["results"]), res["results"]
     if "skipped" in runs[("llama", "torchao_float8")]:
         assert "torchao" in runs[("llama", "torchao_float8")]["skipped"]
@@ -100,6 +103,15 @@ def test_a_peak_that_includes_an_earlier_variants_memory_says_so() -> None:
     text = bd.markdown({"environment": {**env, "command": "c", "smoke": False},
                         "results": [{**rec, "variant": "inductor", "profile": prof}]})  # fmt: skip
     assert "| llama | inductor | 2 | 85.8 ms | 77.1 ms (90%) | 8.1 ms | 5.1 ms |" in text
+    assert "Every rank's" not in text  # one rank's summary only: no table by rank
+    # every rank's summary and timed median, one row each: which rank's host is late
+    late = {**prof, "wall_ms": 91.0, "idle_ms": 20.5, "host_wait_ms": 17.2}
+    text = bd.markdown({"environment": {**env, "command": "c", "smoke": False},
+                        "results": [{**rec, "variant": "hot_fp8", "profile": prof,
+                                     "profile_by_rank": [prof, late],
+                                     "step_ms_by_rank": [80.1, 80.3]}]})  # fmt: skip
+    assert "| llama | hot_fp8 | 0 | 80.1 ms | 85.8 ms | 77.1 ms | 8.1 ms | 5.1 ms |" in text
+    assert "| llama | hot_fp8 | 1 | 80.3 ms | 91.0 ms | 77.1 ms | 20.5 ms | 17.2 ms |" in text
     assert (
         bd.HOT_VARIANTS["hot_fp8_lean_noreuse"]
         == load_tool("bench_train.py").VARIANTS["hot_fp8_lean_noreuse"]

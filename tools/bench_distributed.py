@@ -39,10 +39,11 @@ peak GPU memory (torch.cuda.max_memory_allocated over the timed steps), the loss
 torch, commit — git or HOTCOMPILE_COMMIT —, date, command) and loss_curves.png. --merge takes
 several JSON files (a 1-process and an N-process run) and adds the weak-scaling efficiency
 (1-GPU step time) / (N-GPU step time) per model, variant and wrapper.
---profile N: N more steps under torch.profiler after the timed ones, rank 0's written as
-profile_<model>_<variant>.txt (tools/bench_train.py's tables: GPU-busy time against wall time,
-what the GPU waited for, the top kernels and host operators): under a wrapper, a step the GPU
-waits on the host for shows here.
+--profile N: N more steps under torch.profiler after the timed ones, each rank's written as
+profile_<model>_<variant>[_rank<r>].txt (tools/bench_train.py's tables: GPU-busy time against
+wall time, what the GPU waited for, the top kernels and host operators), with a table of every
+rank's summary: under a wrapper, a step the GPU waits on the host for shows here, and which
+rank's host the others wait for in the collectives.
 
 --smoke: a CPU check of the whole path in under two minutes (gloo, tiny models, aot_eager,
 a few steps, fp32 FSDP2 parameters); its timings mean nothing.
@@ -258,12 +259,19 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
     if before:  # the caching allocator's slow paths during the timed steps (rank 0's)
         after = _allocator_counts(device)
         rec["allocator"] = {k: after[k] - before[k] for k in before}
-    if args.profile:  # every rank steps (the collectives need them all); rank 0 writes
-        title = f"{name} {variant} {rec['wrapper']} x{world}"
-        path = args.out / f"profile_{name}_{variant}.txt" if rank == 0 else None
+    if args.profile:  # every rank steps (the collectives need them all) and writes its tables
+        title = f"{name} {variant} {rec['wrapper']} x{world} rank {rank}"
+        path = args.out / f"profile_{name}_{variant}{f'_rank{rank}' if rank else ''}.txt"
         prof = profile_steps_of(lambda: train_step(*next(data)), args.profile, device, title, path)
         keys = ("wall_ms", "gpu_busy_ms", "gpu_busy_fraction", "idle_ms", "host_wait_ms")
-        rec["profile"] = {k: prof[k] for k in keys} | {"top_host_ops": prof["top_host_ops"]}
+        mine = {k: prof[k] for k in keys}
+        # every rank's summary: a rank whose host is late makes the others wait inside the
+        # collectives (session 36: rank 0's NCCL kernels took 2-4x inductor's), so rank 0's
+        # tables alone cannot say which rank's host holds the step
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        rec["profile"] = mine | {"top_host_ops": prof["top_host_ops"]}
+        rec["profile_by_rank"] = every
     curve = torch.stack(losses)
     dist.all_reduce(curve)
     curve /= world
@@ -273,8 +281,11 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
     )
     peaks = [torch.zeros_like(peak) for _ in range(world)]
     dist.all_gather(peaks, peak)
+    medians = [None] * world  # each rank's median (every step ends in a synchronize)
+    dist.all_gather_object(medians, 1e3 * statistics.median(times))
     rec.update(
         step_ms=1e3 * statistics.median(times),
+        step_ms_by_rank=medians,
         losses=[round(v, 5) for v in curve.tolist()],
         peak_gib=[p.item() / 2**30 if p.item() >= 0 else None for p in peaks],
     )
@@ -412,6 +423,27 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{p['gpu_busy_ms']:.1f} ms{f' ({busy:.0%})' if busy else ''} | "
                 f"{p['idle_ms']:.1f} ms | {p['host_wait_ms']:.1f} ms |"
             )
+        ranked = [r for r in profiled if len(r.get("profile_by_rank") or []) > 1]
+        if ranked:
+            lines += [
+                "",
+                "Every rank's profiled steps (the rank whose GPU waits longest on its own host "
+                "is the one the others wait for in the collectives; each rank's tables are in "
+                "`profile_<model>_<variant>[_rank<r>].txt`):",
+                "",
+                "| model | variant | rank | step (median, timed) | wall | GPU busy | GPU idle | "
+                "of it, waiting for a host launch |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            for r in ranked:
+                steps = r.get("step_ms_by_rank") or [None] * len(r["profile_by_rank"])
+                for k, (p, t) in enumerate(zip(r["profile_by_rank"], steps)):
+                    lines.append(
+                        f"| {r['model']} | {r['variant']} | {k} | "
+                        f"{f'{t:.1f} ms' if t is not None else '-'} | {p['wall_ms']:.1f} ms | "
+                        f"{p['gpu_busy_ms']:.1f} ms | {p['idle_ms']:.1f} ms | "
+                        f"{p['host_wait_ms']:.1f} ms |"
+                    )
     return "\n".join(lines) + "\n"
 
 
@@ -492,9 +524,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         metavar="N",
-        help="after the timed steps, N more under torch.profiler (every rank; rank 0 writes "
-        "profile_<model>_<variant>.txt to --out: GPU-busy time against wall time, the GPU's "
-        "waits on the host, the top kernels and host operators; bench_train's tables)",
+        help="after the timed steps, N more under torch.profiler (every rank writes "
+        "profile_<model>_<variant>[_rank<r>].txt to --out: GPU-busy time against wall time, "
+        "the GPU's waits on the host, the top kernels and host operators; bench_train's "
+        "tables; the results table gets every rank's summary)",
     )
     p.add_argument("--hot-options", default="", help='JSON options, e.g. \'{"prefer": "paper"}\'')
     p.add_argument("--fp32-params", action="store_true", help="FSDP2 without bf16 parameters")
