@@ -129,19 +129,27 @@
 # After the calls, not run on a GPU: 740c5f7 (the late weight codes read the fp32 parameter,
 # _hla_quant_kernel ROUND_BF16: no bf16 copy of a weight in the backward) and 0cd1654 (the FP8
 # g_w GEMM takes both per-tensor scales: no kernel for their product).
-# Next: (0) `tests` (all four GPU test files; 740c5f7's assertion is in test_lowering_gpu's
-# test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy), then FSDP2 with
-# --profile (launches a step: 1399 before) and
-# llama8b:torchao_float8,hot_fp8_lean_noreuse,hot_fp8 (does the copy's 0.44 G parameters a
-# step close lean's 0.4% to 1.03x?); (1) FSDP2 again with hot_fp8_static before hot_fp8 (is 6% the launcher or the order?)
-# and a lean+static variant (FHOTOPT); (2) fewer launches, per HOT layer in the backward (the
-# 0.67B Llama's 1399 a step): the zeroed max-abs words (~2 a layer, triton_poi_fused copies of
-# a zero) from one fill per graph; the g_x GEMM's rowwise W scale (s_w/16 expanded to [1, I],
-# a kernel a layer) written by the weight codes' MODE-2 programs of pid_b 0;
-# (3) llama8b lean_noreuse is 1.023-1.026x in runs 88 and 90: the 0.4% it lacks; (4) the 0.67B
-# Llama's lean step (profile PVARIANTS=hot_fp8,hot_fp8_lean_noreuse); (5) reuse off as
-# prefer="memory"'s default (no ViT run); (6) peakmoment PMVARIANTS=hot_fp8_lean + replay with
-# backward_liveness --never for HQ weight codes from the fp32 parameter.
+# Session 37 (4 calls on nvidia-h200-x2, tools/results/fp8_forward_h200_s37.md; the checkout
+# started without caches): lanes tests (b74bd00: all four files passed, 28 lowering) | sleep40
+# 8B torchao,hot_fp8_lean_noreuse,hot_fp8 (run 91: lean 1.040x at 0.948x peak) | fsdp2
+# FPROFILE=2 FSDP="inductor hot_fp8_static hot_fp8 torchao_float8 hot_fp8_lean_noreuse"
+# (static first: no gain, s36's 6% was the order; 1334 launches a step, was 1399) | lanes
+# llama:torchao,hot_fp8,hot_fp8_noreuse,hot_fp8_lean_noreuse (run 92: hot_fp8 1.000x, reuse
+# off leaves its peak) | sleep20 8B as run 91 (run 93: lean 1.021x) | lanes fp8tests
+# LOWK="weight_codes or native or fp8 or gx" | newtests at 3b55639 (the weight codes' kernels
+# write the g_x GEMM's scale row: 7 + 13 + 7 + 12 passed).
+# Next: (0) fsdp2 FPROFILE=2 (bench_distributed now profiles every rank, 9604d9c): which
+# rank's host is late, and on what (rank 0's GPU idled 18-44 ms a step under HOT, 3 under
+# torchao with as many launches); count 3b55639's launches (the scale row: ~56 a step fewer);
+# (1) the 8B "both in one run": lean_noreuse 1.021-1.040x in four runs; try plans between it
+# and hot_fp8 (1.050-1.056x at 0.984x): hot_fp8_noreuse (run 87: 1.047x at 0.962x), abc_swiglu
+# without abc_recompute, with reuse off; time the 8B alone (sleepN after the other lane's
+# compiles, or one lane); (2) the zeroed max-abs words (~2 fills a HOT layer a step); (3) the
+# 0.67B Llama: hot_fp8 1.000x in run 92 beside another lane: re-time alone; the lean plan's
+# step (profile PVARIANTS=hot_fp8,hot_fp8_lean_noreuse); (4) the 8 lowering GPU tests not run
+# at 3b55639 (test_triton_codes_equal_the_reference, the gate's, padding, shared max-abs, ABC
+# once), test_gpu and test_kernels_hla_gpu: the `tests` part; (5) reuse off as
+# prefer="memory"'s default (no ViT run); ViT-L.
 # peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).

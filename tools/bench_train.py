@@ -250,6 +250,14 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
         "abc_recompute": "unary",
         "inductor_config": {"allow_buffer_reuse": False},
     },
+    # session 37: at the 8B widths hot_fp8 is 1.050-1.056x torchao at 0.984x its peak and the
+    # lean plan (reuse off) 0.948x at 1.021-1.040x: the SwiGLU's FP8 codes with reuse off,
+    # without abc_recompute, lie between the two
+    "hot_fp8_swiglu_noreuse": {
+        "forward": "fp8",
+        "abc_swiglu": "fp8",
+        "inductor_config": {"allow_buffer_reuse": False},
+    },
     "torchao_float8_noreuse": None,
     # inductor's C++ wrapper: the step's kernels launched from generated C++, not Python
     "inductor_cpp": None,
@@ -406,6 +414,8 @@ VARIANT_NOTES: dict[str, str] = {
     "False}}: inductor frees each buffer at its last use instead of keeping it for a later "
     "buffer of the same size",
     "hot_fp8_lean_noreuse": "as hot_fp8_lean, with allow_buffer_reuse off (as hot_fp8_noreuse)",
+    "hot_fp8_swiglu_noreuse": "as hot_fp8_swiglu, with allow_buffer_reuse off (the lean plan "
+    "without abc_recompute)",
     "torchao_float8_noreuse": "as torchao_float8, compiled with "
     '`options={"allow_buffer_reuse": False}` (the same inductor setting as hot_fp8_noreuse)',
     "torchao_float8_rowwise": "as torchao_float8 with torchao's rowwise recipe "
