@@ -144,7 +144,8 @@
 # (1) the 8B "both in one run": lean_noreuse 1.021-1.040x in four runs; try plans between it
 # and hot_fp8 (1.050-1.056x at 0.984x): hot_fp8_noreuse (run 87: 1.047x at 0.962x), abc_swiglu
 # without abc_recompute, with reuse off; time the 8B alone (sleepN after the other lane's
-# compiles, or one lane); (2) the zeroed max-abs words (~2 fills a HOT layer a step); (3) the
+# compiles, or one lane); (2) the zeroed max-abs words: one CSE'd zero word cloned for each
+# quantizer (~2 one-word copies a HOT layer; fp8_forward_h200_s37.md); (3) the
 # 0.67B Llama: hot_fp8 1.000x in run 92 beside another lane: re-time alone; the lean plan's
 # step (profile PVARIANTS=hot_fp8,hot_fp8_lean_noreuse); (4) the 8 lowering GPU tests not run
 # at 3b55639 (test_triton_codes_equal_the_reference, the gate's, padding, shared max-abs, ABC
