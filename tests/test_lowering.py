@@ -254,6 +254,19 @@ def test_native_weight_codes_are_the_reference_of_the_forwards_copy() -> None:
     assert torch.equal(lq.float(), cq.float()) and torch.equal(ls, cs)
 
 
+def test_grad_input_codes_refuses_a_bare_weight_scale() -> None:
+    """The g_x GEMM takes the weight's scale as :func:`hot.weight_codes` returns it, the row
+    ``s/16`` over ``[1, I]``. A bare per-tensor scale ``[1]`` (the form before session 37)
+    would give a gradient 16× too large: it is an error, not a silent wrong gradient."""
+    w = torch.randn(48, 64) * 0.02
+    gy = torch.randn(32, 48)
+    wq, sw = hot.weight_codes(w, 4, "nearest", "maxabs")
+    gx = hot.grad_input_codes(gy, wq, sw, 4, True, "nearest")[0]
+    assert gx.shape == (32, 64) and torch.isfinite(gx).all()
+    with pytest.raises(ValueError, match=r"scale row \[1, 64\]"):
+        hot.grad_input_codes(gy, wq, sw[:, 0] * 16, 4, True, "nearest")
+
+
 def test_native_lqs_resolves_per_token_and_says_why() -> None:
     torch._dynamo.reset()
     backend = hotcompile.HotBackend(compiler="aot_eager", lowering="native")
