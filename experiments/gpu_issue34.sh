@@ -140,7 +140,8 @@
 # write the g_x GEMM's scale row: 7 + 13 + 7 + 12 passed).
 # Next: (0) fsdp2 FPROFILE=2 (bench_distributed now profiles every rank, 9604d9c): which
 # rank's host is late, and on what (rank 0's GPU idled 18-44 ms a step under HOT, 3 under
-# torchao with as many launches); count 3b55639's launches (the scale row: ~56 a step fewer);
+# torchao with as many launches; its longest wait is before a pinned H2D copy, 8.5 ms a step,
+# torchao's 0.1: find that copy); count 3b55639's launches (the scale row: ~56 a step fewer);
 # (1) the 8B "both in one run": lean_noreuse 1.021-1.040x in four runs; try plans between it
 # and hot_fp8 (1.050-1.056x at 0.984x): hot_fp8_noreuse (run 87: 1.047x at 0.962x), abc_swiglu
 # without abc_recompute, with reuse off; time the 8B alone (sleepN after the other lane's
