@@ -281,10 +281,11 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
     )
     peaks = [torch.zeros_like(peak) for _ in range(world)]
     dist.all_gather(peaks, peak)
+    step_ms = 1e3 * statistics.median(times)
     medians = [None] * world  # each rank's median (every step ends in a synchronize)
-    dist.all_gather_object(medians, 1e3 * statistics.median(times))
+    dist.all_gather_object(medians, step_ms)
     rec.update(
-        step_ms=1e3 * statistics.median(times),
+        step_ms=step_ms,
         step_ms_by_rank=medians,
         losses=[round(v, 5) for v in curve.tolist()],
         peak_gib=[p.item() / 2**30 if p.item() >= 0 else None for p in peaks],
