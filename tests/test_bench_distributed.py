@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import pathlib
@@ -31,7 +32,17 @@ def _torchrun(n: int, out: pathlib.Path, *extra: str) -> None:
 def test_bench_distributed_smoke(tmp_path: pathlib.Path) -> None:
     one, two, merged = tmp_path / "n1", tmp_path / "n2", tmp_path / "merged"
     _torchrun(1, one, "--models", "llama", "--variants", "inductor", "hot")
-    _torchrun(2, two, "--variants", "inductor", "hot", "torchao_float8", "--profile", "1")
+    _torchrun(
+        2,
+        two,
+        "--variants",
+        "inductor",
+        "hot",
+        "torchao_float8",
+        "--profile",
+        "1",
+        "--profile-trace",
+    )
     for d in (one, two):
         for f in ("bench_distributed.json", "bench_distributed.md", "loss_curves.png"):
             assert (d / f).stat().st_size > 0, d / f
@@ -45,6 +56,10 @@ def test_bench_distributed_smoke(tmp_path: pathlib.Path) -> None:
     # --profile: every rank profiles and writes its tables; the record holds both summaries
     assert len(hot["profile_by_rank"]) == 2 and len(hot["step_ms_by_rank"]) == 2
     assert all((two / f"profile_llama_hot{r}.txt").exists() for r in ("", "_rank1"))
+    # --profile-trace: each rank's timeline, gzipped JSON with the step's host events
+    for r in ("", "_rank1"):
+        with gzip.open(two / f"profile_llama_hot{r}.trace.json.gz", "rt") as f:
+            assert json.load(f)["traceEvents"]
     assert all(not r.get("eager_layers") for r in res["results"]), res["results"]
     if "skipped" in runs[("llama", "torchao_float8")]:
         assert "torchao" in runs[("llama", "torchao_float8")]["skipped"]

@@ -43,7 +43,8 @@ several JSON files (a 1-process and an N-process run) and adds the weak-scaling 
 profile_<model>_<variant>[_rank<r>].txt (tools/bench_train.py's tables: GPU-busy time against
 wall time, what the GPU waited for, the top kernels and host operators), with a table of every
 rank's summary: under a wrapper, a step the GPU waits on the host for shows here, and which
-rank's host the others wait for in the collectives.
+rank's host the others wait for in the collectives. --profile-trace: each rank's whole
+timeline as well (.trace.json.gz).
 
 --smoke: a CPU check of the whole path in under two minutes (gloo, tiny models, aot_eager,
 a few steps, fp32 FSDP2 parameters); its timings mean nothing.
@@ -262,7 +263,9 @@ def run_one(args: argparse.Namespace, name: str, variant: str, device: torch.dev
     if args.profile:  # every rank steps (the collectives need them all) and writes its tables
         title = f"{name} {variant} {rec['wrapper']} x{world} rank {rank}"
         path = args.out / f"profile_{name}_{variant}{f'_rank{rank}' if rank else ''}.txt"
-        prof = profile_steps_of(lambda: train_step(*next(data)), args.profile, device, title, path)
+        prof = profile_steps_of(
+            lambda: train_step(*next(data)), args.profile, device, title, path, args.profile_trace
+        )
         keys = ("wall_ms", "gpu_busy_ms", "gpu_busy_fraction", "idle_ms", "host_wait_ms")
         mine = {k: prof[k] for k in keys}
         # every rank's summary: a rank whose host is late makes the others wait inside the
@@ -529,6 +532,13 @@ def build_parser() -> argparse.ArgumentParser:
         "profile_<model>_<variant>[_rank<r>].txt to --out: GPU-busy time against wall time, "
         "the GPU's waits on the host, the top kernels and host operators; bench_train's "
         "tables; the results table gets every rank's summary)",
+    )
+    p.add_argument(
+        "--profile-trace",
+        action="store_true",
+        help="with --profile: each rank also writes the profiler's timeline, "
+        "profile_<model>_<variant>[_rank<r>].trace.json.gz (open in Perfetto or chrome://tracing; "
+        "about 1 MB a profiled step): where a late host spends its time",
     )
     p.add_argument("--hot-options", default="", help='JSON options, e.g. \'{"prefer": "paper"}\'')
     p.add_argument("--fp32-params", action="store_true", help="FSDP2 without bf16 parameters")

@@ -713,6 +713,7 @@ def profile_steps_of(
     device: torch.device,
     title: str,
     out_file: pathlib.Path | None,
+    trace: bool = False,
 ) -> dict[str, Any]:
     """Run ``n`` more steps under ``torch.profiler`` and say where a step's time goes.
 
@@ -722,7 +723,9 @@ def profile_steps_of(
     wall time (profiler on, so a little above the timed median), GPU-busy time (union of kernel
     spans), the kernels taking the most device time, the ``hotcompile::`` ops (host time spent
     in them and device time of the kernels they launch), and the operators taking the most
-    host time. ``out_file``: also writes the tables there as text.
+    host time. ``out_file``: also writes the tables there as text; with ``trace``, the
+    profiler's whole timeline beside it as ``<out_file>.trace.json.gz`` (chrome://tracing,
+    Perfetto), for what the tables cannot say: where on the host a late step spends its time.
     """
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -832,6 +835,8 @@ def profile_steps_of(
     if out_file is not None:
         out_file.parent.mkdir(parents=True, exist_ok=True)
         out_file.write_text(profile_text(title, res))
+        if trace:  # the profiler gzips a path ending in .gz
+            prof.export_chrome_trace(str(out_file.with_suffix(".trace.json.gz")))
     return res
 
 
