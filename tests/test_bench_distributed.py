@@ -32,17 +32,8 @@ def _torchrun(n: int, out: pathlib.Path, *extra: str) -> None:
 def test_bench_distributed_smoke(tmp_path: pathlib.Path) -> None:
     one, two, merged = tmp_path / "n1", tmp_path / "n2", tmp_path / "merged"
     _torchrun(1, one, "--models", "llama", "--variants", "inductor", "hot")
-    _torchrun(
-        2,
-        two,
-        "--variants",
-        "inductor",
-        "hot",
-        "torchao_float8",
-        "--profile",
-        "1",
-        "--profile-trace",
-    )
+    profiled = ("--profile", "1", "--profile-trace")
+    _torchrun(2, two, "--variants", "inductor", "hot", "torchao_float8", *profiled)
     for d in (one, two):
         for f in ("bench_distributed.json", "bench_distributed.md", "loss_curves.png"):
             assert (d / f).stat().st_size > 0, d / f
