@@ -291,6 +291,11 @@ elif [ "$part" = fsdp2 ] || [ "$part" = fsdp2one ]; then
     --wrapper fsdp2 --models llama --variants $vs \
     --steps 200 ${FPROFILE:+--profile $FPROFILE} ${FTRACE:+--profile-trace} ${FHOTOPT:+--hot-options "$FHOTOPT"} \
     --out $OUT/$d > $OUT/$d.log 2>&1; echo "$d rc=$?"; tail -20 $OUT/$d.log
+  if [ -n "$FTRACE" ]; then  # read the timelines here; bring back only the small ones
+    python3 experiments/host_timeline.py $OUT/$d/*.trace.json.gz --steps ${FPROFILE:-1} \
+      > $OUT/$d/host_timeline.txt 2>&1; head -60 $OUT/$d/host_timeline.txt
+    find $OUT/$d -name '*.trace.json.gz' -size +2M -delete
+  fi
 elif [ "$part" = pair ]; then
   # on nvidia-h200-x2: two single-GPU benches side by side, GPU0 (default the 8B widths) on
   # GPU 0, GPU1 (default ViT-L/16) on GPU 1, each cut at DEADLINE s since the start: two
