@@ -36,6 +36,7 @@
 #          fsdp2one: the same on one GPU (FSDP1, default inductor / hot_fp8), the 1-GPU curves;
 #          FPROFILE=N: N more steps under torch.profiler (profile_llama_<variant>.txt);
 #          FTRACE=1 with it: each rank's timeline too (.trace.json.gz, ~1 MB a step);
+#          FPIN=1: each rank pinned to its own physical cores (--pin-cores);
 #          FHOTOPT='{"inductor_config": {...}}': --hot-options for every hot variant.
 # pair:    on nvidia-h200-x2, two single-GPU benches at once: GPU0="model:variants" (default
 #          the 8B widths) and GPU1=... (default ViT-L/16), cut at DEADLINE s (two lanes, below).
@@ -289,7 +290,7 @@ elif [ "$part" = fsdp2 ] || [ "$part" = fsdp2one ]; then
   [ "$part" = fsdp2one ] && n=1 vs="${FSDP1:-inductor hot_fp8}" d=dist_n1
   timeout $(left ${FDEADLINE:-580}) torchrun --nproc-per-node $n tools/bench_distributed.py \
     --wrapper fsdp2 --models llama --variants $vs \
-    --steps 200 ${FPROFILE:+--profile $FPROFILE} ${FTRACE:+--profile-trace} ${FHOTOPT:+--hot-options "$FHOTOPT"} \
+    --steps 200 ${FPROFILE:+--profile $FPROFILE} ${FTRACE:+--profile-trace} ${FPIN:+--pin-cores} ${FHOTOPT:+--hot-options "$FHOTOPT"} \
     --out $OUT/$d > $OUT/$d.log 2>&1; echo "$d rc=$?"; tail -20 $OUT/$d.log
   if [ -n "$FTRACE" ]; then  # read the timelines here; bring back only the small ones
     python3 experiments/host_timeline.py $OUT/$d/*.trace.json.gz --steps ${FPROFILE:-1} \

@@ -122,3 +122,24 @@ def test_a_peak_that_includes_an_earlier_variants_memory_says_so() -> None:
         bd.HOT_VARIANTS["hot_fp8_lean_noreuse"]
         == load_tool("bench_train.py").VARIANTS["hot_fp8_lean_noreuse"]
     )
+
+
+def test_pin_cores_gives_each_rank_whole_physical_cores(tmp_path: pathlib.Path) -> None:
+    """--pin-cores: SMT siblings stay together and no two ranks share a core (an unpinned
+    rank's host ran ~1.5x slower than the other's), and the results say it was pinned."""
+    bd = load_tool("bench_distributed.py")
+    # 4 physical cores of 2 SMT threads each, siblings numbered c and c + 4 (as Linux does)
+    for cpu in range(8):
+        top = tmp_path / f"cpu{cpu}" / "topology"
+        top.mkdir(parents=True)
+        (top / "physical_package_id").write_text("0\n")
+        (top / "core_id").write_text(f"{cpu % 4}\n")
+    cores = bd.physical_cores(set(range(8)), sysfs=str(tmp_path))
+    assert cores == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # a CPU without a readable topology is a core of its own
+    assert bd.physical_cores({0, 9}, sysfs=str(tmp_path)) == [[0], [9]]
+    env = {"device": "H200 (cuda)", "torch": "2.11", "commit": "x", "date": "d", "world": 2,
+           "command": "c", "smoke": False}  # fmt: skip
+    pinned = bd.markdown({"environment": {**env, "pinned_cpus": [0, 4]}, "results": []})
+    assert "pinned to its own cores (rank 0: 2 CPUs)" in pinned
+    assert "pinned" not in bd.markdown({"environment": env, "results": []})

@@ -329,6 +329,8 @@ def environment(args: argparse.Namespace, device: torch.device) -> dict[str, Any
         "command": " ".join(["torchrun" if "LOCAL_RANK" in os.environ else "python", *sys.argv]),
         "world": dist.get_world_size() if dist.is_initialized() else None,
         "smoke": bool(args.smoke),
+        # rank 0's CPUs under --pin-cores (each rank had a slice of its own), else None
+        "pinned_cpus": getattr(args, "pinned", None),
         "versions": bench_models.versions(),
     }
 
@@ -347,6 +349,10 @@ def add_scaling(results: list[dict]) -> list[dict]:
     return results
 
 
+def _pinned_note(cpus: list[int] | None) -> str:
+    return f", each rank pinned to its own cores (rank 0: {len(cpus)} CPUs)" if cpus else ""
+
+
 def markdown(res: dict[str, Any]) -> str:
     env = res["environment"]
     envs = env if isinstance(env, list) else [env]
@@ -354,8 +360,8 @@ def markdown(res: dict[str, Any]) -> str:
     for e in envs:
         lines.append(
             f"- {e['device']}, torch {e['torch']}, commit {e['commit']}, {e['date']}, "
-            f"world {e['world']}{' (smoke: timings mean nothing)' if e['smoke'] else ''}: "
-            f"`{e['command']}`"
+            f"world {e['world']}{' (smoke: timings mean nothing)' if e['smoke'] else ''}"
+            f"{_pinned_note(e.get('pinned_cpus'))}: `{e['command']}`"
         )
     lines += [
         "",
@@ -540,6 +546,13 @@ def build_parser() -> argparse.ArgumentParser:
         "profile_<model>_<variant>[_rank<r>].trace.json.gz (open in Perfetto or chrome://tracing; "
         "about 1 MB a profiled step): where a late host spends its time",
     )
+    p.add_argument(
+        "--pin-cores",
+        action="store_true",
+        help="pin each local rank to its own slice of the physical cores (SMT siblings "
+        "together): a host-bound step is paced by the slowest rank's host, and unpinned "
+        "ranks ran at different speeds",
+    )
     p.add_argument("--hot-options", default="", help='JSON options, e.g. \'{"prefer": "paper"}\'')
     p.add_argument("--fp32-params", action="store_true", help="FSDP2 without bf16 parameters")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_distributed_out"))
@@ -550,6 +563,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU check: gloo, tiny models, aot_eager, 4 steps, fp32 FSDP2 parameters",
     )
     return p
+
+
+def physical_cores(cpus: set[int], sysfs: str = "/sys/devices/system/cpu") -> list[list[int]]:
+    """``cpus`` grouped by physical core (SMT siblings together), in core order; a CPU whose
+    topology cannot be read is a core of its own."""
+    cores: dict[tuple[int, int], list[int]] = {}
+    for c in sorted(cpus):
+        try:
+            top = pathlib.Path(sysfs, f"cpu{c}", "topology")
+            key = (
+                int((top / "physical_package_id").read_text()),
+                int((top / "core_id").read_text()),
+            )
+        except (OSError, ValueError):
+            key = (1 << 30, c)  # after the known cores
+        cores.setdefault(key, []).append(c)
+    return [cores[k] for k in sorted(cores)]
+
+
+def pin_cores(local_rank: int, local_world: int) -> list[int] | None:
+    """Pin this process (and the threads it starts after this) to its own share of the
+    physical cores it may run on: local rank r of n takes the r-th of n equal slices, SMT
+    siblings included, so no two ranks share a core. Why: under FSDP2 the step of a HOT plan
+    waits on the host, and unpinned, one rank's host ran ~1.5x slower than the other's in the
+    same run (session 38's timelines: 6.5 against 4.0 ms a block's backward), which paces
+    both. Returns the CPUs kept, or None (not pinned) when there are fewer cores than ranks."""
+    cores = physical_cores(os.sched_getaffinity(0))
+    if len(cores) < local_world:
+        return None
+    per = len(cores) // local_world
+    mine = [c for core in cores[local_rank * per : (local_rank + 1) * per] for c in core]
+    os.sched_setaffinity(0, mine)
+    return mine
 
 
 def _init() -> torch.device:
@@ -577,6 +623,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         args.steps = min(args.steps, 4)
         args.warmup = min(args.warmup, 2)
         args.fp32_params = True
+    if args.pin_cores and hasattr(os, "sched_setaffinity"):
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        args.pinned = pin_cores(int(os.environ.get("LOCAL_RANK", 0)), local_world)
     device = _init()
     rank = dist.get_rank()
     results = []
