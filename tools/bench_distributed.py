@@ -86,8 +86,13 @@ from gpu_tests import _commit  # noqa: E402
 #: issue 34's FP8 forward; the lean ones its memory-first plans), so both benches run one plan
 HOT_VARIANTS: dict[str, dict[str, Any]] = {
     v: bench_train.VARIANTS[v] or {}
-    for v in ("hot", "hot_fp8", "hot_fp8_lean", "hot_fp8_lean_noreuse", "hot_fp8_static")
-}
+    for v in (
+        "hot", "hot_fp8", "hot_fp8_lean", "hot_fp8_lean_noreuse", "hot_fp8_static",
+        # session 38: the 8B widths' plan between the two, and the weight codes made in the
+        # forward (fewer launches in the backward, where FSDP2's step waits on the host)
+        "hot_fp8_swiglu_noreuse", "hot_fp8_forward_codes",
+    )
+}  # fmt: skip
 VARIANTS = ("inductor", *HOT_VARIANTS, "torchao_float8")
 MODELS = ("llama", "vit_b16")
 WRAPPERS = ("ddp", "fsdp2")
