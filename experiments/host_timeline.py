@@ -5,7 +5,11 @@
    the optimizer, the Python between them): host ms and kernel launches per name, and
 2. what the host was inside when the GPU sat idle waiting for a launch: each idle gap of the
    GPU (all streams merged) whose next kernel was launched after the gap began is charged to
-   the launching thread's enclosing events at that launch (outermost, then innermost).
+   the launching thread's enclosing events at that launch (outermost, then innermost), and
+3. what each kind of kernel launch costs the host inside the compiled regions (forward:
+   ``Torch-Compiled Region``, backward: ``CompiledFunctionBackward``): the host time from the
+   previous launch's end to this one's, by kernel class — the Python of inductor's wrapper
+   between launches included.
 
 Session 37's tables said hot_fp8's GPU idles 18-44 ms a step under FSDP2 on two H200s (torchao
 3 ms) with about as many launches; they could not say where on the host the time goes. An
@@ -32,6 +36,70 @@ def _short(name: str, n: int = 70) -> str:
     name = re.sub(r"\d+/\d+", "N/N", name)  # compiled regions: frame/recompile ids
     name = re.sub(r"## Call CompiledFxGraph \w+ ##", "CompiledFxGraph", name)
     return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def kernel_class(name: str) -> str:
+    """A GPU event's class for the launch-cost table."""
+    if name.startswith("triton_"):
+        return "inductor's Triton kernels"
+    if name.startswith("_") and "kernel" in name:  # HOT's user-defined Triton kernels
+        return f"HOT: {re.sub(r'_[0-9]+$', '', name)}"
+    if "nvjet" in name or "gemm" in name.lower() or "sm90" in name:
+        return "GEMMs (cuBLAS)"
+    if "nccl" in name.lower():
+        return "NCCL"
+    if name.startswith(("Memcpy", "Memset")):
+        return name.split(" (")[0]
+    return "other ATen"
+
+
+def launch_costs(events: list[dict], steps: int) -> list[str]:
+    """Per step and region kind: host ms, launches and µs a launch by kernel class."""
+    xs = [e for e in events if e.get("ph") == "X"]
+    gpu = {
+        e["args"]["correlation"]: e["name"]
+        for e in xs
+        if e.get("cat") in GPU_CATS and "correlation" in e.get("args", {})
+    }
+    launches = sorted(
+        (e for e in xs if e.get("cat") in LAUNCH_CATS and e["args"].get("correlation") in gpu),
+        key=lambda e: e["ts"],
+    )
+    kinds = {
+        "forward": "Torch-Compiled Region",
+        "backward": "autograd::engine::evaluate_function: CompiledFunctionBackward",
+    }
+    lines = []
+    for kind, prefix in kinds.items():
+        regions = sorted(
+            (e for e in xs if e["name"].startswith(prefix)), key=lambda e: (e["tid"], e["ts"])
+        )
+        outer, last = [], None  # a region inside another of its kind counts once, as that one
+        for r in regions:
+            if last is None or r["tid"] != last["tid"] or r["ts"] >= last["ts"] + last["dur"]:
+                outer.append(r)
+                last = r
+        regions = outer
+        cost: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+        host = 0.0
+        for r in regions:
+            prev, end = r["ts"], r["ts"] + r["dur"]
+            host += r["dur"]
+            for le in launches:
+                if le["tid"] == r["tid"] and r["ts"] <= le["ts"] <= end:
+                    c = cost[kernel_class(gpu[le["args"]["correlation"]])]
+                    c[0] += le["ts"] + le["dur"] - prev
+                    c[1] += 1
+                    prev = le["ts"] + le["dur"]
+        n = sum(c[1] for c in cost.values())
+        lines += [
+            "",
+            f"{kind} regions: host {host / steps / 1e3:.2f} ms, {n / steps:.0f} launches a step;"
+            " host ms, launches and µs a launch by kernel class:",
+        ]
+        for k, (us, cnt) in sorted(cost.items(), key=lambda kv: -kv[1][0])[:10]:
+            lines.append(f"  {us / steps / 1e3:8.2f} {cnt / steps:7.0f} {us / cnt:7.1f}  {k}")
+    return lines
 
 
 def load(path: str) -> list[dict]:
@@ -115,7 +183,7 @@ def analyse(events: list[dict], steps: int, top: int = 15) -> str:
     lines += ["", "host top-level events per thread [tid]: host ms/step, launches/step:"]
     rows = sorted(top_level.items(), key=lambda kv: -kv[1][0])[: 2 * top]
     lines += [f"  {v[0] / steps / 1e3:8.2f} {v[1] / steps:7.0f}  {k}" for k, v in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + launch_costs(events, steps))
 
 
 def main() -> None:
