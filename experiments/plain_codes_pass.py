@@ -20,10 +20,8 @@ FP8 = "fp8_e4m3"
 
 
 def run(x3: torch.Tensor, amax: torch.Tensor | None):
-    words = amax if amax is not None else torch.zeros((1,), dtype=torch.int32, device=x3.device)
     return H.launch_hla_quantize(
-        H._hla_quant_kernel, x3, 0, (), 8, FP8, True, False, torch.float8_e4m3fn, None, words,
-        0, amax_given=amax is not None,
+        H._hla_quant_kernel, x3, 0, (), 8, FP8, True, False, torch.float8_e4m3fn, None, amax, 0
     )  # fmt: skip
 
 

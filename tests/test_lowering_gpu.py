@@ -420,6 +420,40 @@ def test_native_weight_codes_in_the_backward_saves_neither_codes_nor_copy() -> N
         assert e_late <= 1.25 * e_early + 1e-3, (k, e_early, e_late)
 
 
+def test_weight_codes_statistics_need_no_zeroed_word() -> None:
+    """The weight codes' statistics pass writes a slot per program (session 38): no zeroed
+    int32 word goes into their kernel, so inductor neither fills nor clones one for it (after
+    CSE every quantizer's ``torch.zeros`` word was one node, cloned for each kernel writing it:
+    a one-element launch each, ~104 a step on the 0.67B Llama under FSDP2, where the step
+    waits on the host)."""
+    from test_lowering import mlp_step
+    from torch._inductor.utils import run_and_get_code
+
+    opts = {"lowering": "native", "prefer": "paper", "weight_codes": "backward"}
+    _, code = run_and_get_code(lambda: mlp_step({**opts, "recipe": "text"}, "cuda"))
+    src = "\n".join(code)
+    # one-element pointwise launches writing an int32 word: the fill of the CSE'd zero word
+    # and its clones (the last buffer a pointwise kernel takes is the one it writes)
+    int_words = set(
+        re.findall(r"(buf\d+) = empty_strided_cuda\(\(1, \), \(1, \), torch.int32", src)
+    )
+    for new, old in re.findall(r"(buf\d+) = (buf\d+); del buf\d+  # reuse", src):
+        if old in int_words:  # inductor hands a freed word's storage to a later buffer
+            int_words.add(new)
+    ones = sum(
+        re.findall(r"buf\d+", args)[-1:] and re.findall(r"buf\d+", args)[-1] in int_words
+        for args in re.findall(r"triton_poi_\w+\.run\(([^\n]*?), 1, stream", src)
+    )
+    weight_codes = len(
+        re.findall(r"_hla_quant_kernel\w*\.run\((?:reinterpret_tensor\()?primals_", src)
+    )
+    hq = len(re.findall(r"_hq_quant_kernel\w*\.run\(", src))
+    assert weight_codes >= 4, src  # fc1's and fc2's, two passes each
+    # what is left: at most one word for each HQ launch (g_y's raw max-abs), none for the
+    # weight codes (before: 4 one-element launches for 2 HQ launches here)
+    assert ones <= hq, (ones, hq)
+
+
 def _swiglu_step(
     options: dict, model_fn=None, x_grad: bool = False
 ) -> tuple[list[str], dict[str, torch.Tensor]]:

@@ -11,8 +11,9 @@ per-tensor max-abs scale and the rounding of ``hotcompile.quant.quantize``.
 Per program: ``BLOCK_B`` HLA blocks × ``BLOCK_D`` channels. The 16 positions of a block are 16
 coalesced row loads (one ``[BLOCK_B, BLOCK_D]`` tile each), so the butterfly runs inside each
 thread on 16 register tiles: no shuffles, no layout conversions. Two launches, no host sync:
-the first reduces the max-abs of the kept coefficients into one int32 word (atomic max on the
-float's bits: NaN propagates), the second recomputes the coefficients and quantizes them.
+the first writes each program's max-abs of the kept coefficients (int32 of the float's bits:
+NaN propagates) into a slot of its own, the second reduces the slots, recomputes the
+coefficients and quantizes them.
 Codes come out either ``[R, D]`` (the layout ``abc_compress`` returns) or transposed,
 ``[D, R]`` (K-major, what ``torch._int_mm`` takes for ``g̃qᵀ·x̃q``), with R = N·nb·r and row
 ``(n·nb + b)·r + k`` holding coefficient ``rows[k]`` of block b of sample n.
@@ -26,7 +27,7 @@ import triton.language as tl
 
 from hotcompile import numerics
 from hotcompile.hla import patch_side
-from hotcompile.kernels import dispatch, scratch
+from hotcompile.kernels import dispatch
 from hotcompile.kernels.rounding import (
     ROUNDING_CODES,
     _round_bf16,
@@ -40,6 +41,11 @@ from hotcompile.quant import FP8_E4M3, code_dtype, qmax
 #: ``rows=()`` (no HLA): every position of a block, untransformed — the plain rows of x in
 #: block order, zero rows where S is not a multiple of 16 (they add nothing to a GEMM over L)
 IDENTITY_ROWS = tuple(range(16))
+
+#: the statistics pass's programs (each one slot of partial statistics) where the channel
+#: blocks allow, and how many slots the codes pass reduces at a time (``launch_hla_quantize``)
+MAX_PARTIALS = 1024
+REDUCE_BLOCK = 1024
 
 #: default program tile: BLOCK_B blocks × BLOCK_D channels (× 16 positions in registers)
 BLOCK_B = 8
@@ -249,19 +255,60 @@ def _tensor_scale(amax_ptr, stats_ptr, numel, SAWB: tl.constexpr, QMAX: tl.const
 
 
 @triton.jit
+def _tile_stats(t, SAWB: tl.constexpr):
+    """A tile's max-abs bits (int32 of the float's bits: NaN orders above every number) and,
+    with SAWB, its Σt² and Σ|t| (zeros without)."""
+    top = tl.max(tl.max(tl.max(tl.abs(t).to(tl.int32, bitcast=True), axis=2), axis=1), axis=0)
+    if SAWB:
+        s2 = tl.sum(tl.sum(tl.sum(t * t, axis=2), axis=1), axis=0)
+        s1 = tl.sum(tl.sum(tl.sum(tl.abs(t), axis=2), axis=1), axis=0)
+    else:
+        s2 = 0.0
+        s1 = 0.0
+    return top, s2, s1
+
+
+@triton.jit
+def _partials_scale(
+    amax_ptr, stats_ptr, npart, numel,
+    SAWB: tl.constexpr, QMAX: tl.constexpr, RED: tl.constexpr,
+):  # fmt: skip
+    """The per-tensor scale from ``npart`` partial statistics: max-abs bits ``amax_ptr[i]``
+    and, with SAWB, Σt² ``stats_ptr[i]`` and Σ|t| ``stats_ptr[npart + i]`` (one of each per
+    program of the statistics pass, so nothing needs zeroing first), reduced ``RED`` at a
+    time: max-abs / QMAX, or SAWB's."""
+    INV_Q: tl.constexpr = 1.0 / QMAX
+    top = tl.zeros([], dtype=tl.int32)
+    s2 = tl.zeros([], dtype=tl.float32)
+    s1 = tl.zeros([], dtype=tl.float32)
+    for i in range(0, npart, RED):
+        k = i + tl.arange(0, RED)
+        m = k < npart
+        top = tl.maximum(top, tl.max(tl.load(amax_ptr + k, mask=m, other=0), axis=0))
+        if SAWB:
+            s2 += tl.sum(tl.load(stats_ptr + k, mask=m, other=0.0), axis=0)
+            s1 += tl.sum(tl.load(stats_ptr + npart + k, mask=m, other=0.0), axis=0)
+    amax = top.to(tl.float32, bitcast=True)
+    if SAWB:
+        scale = sawb_scale(amax, s2, s1, numel, QMAX)
+    else:
+        scale = amax * INV_Q
+    return normal_scale(scale)
+
+
+@triton.jit
 def _tensor_codes(
-    t, g, gmask, d, dmask, pid_b, pid_d, codes_ptr, scale_ptr, amax_ptr, stats_ptr, row_ptr,
-    D, R, seed, numel,
-    SAWB: tl.constexpr, TRANS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
+    t, g, gmask, d, dmask, pid_b, pid_d, codes_ptr, scale_ptr, scale, row_ptr, D, R, seed,
+    TRANS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr, SCALE_ROW: tl.constexpr,
 ):  # fmt: skip
     """The codes of a ``[BLOCK_B, BLOCK_D, RP]`` tile (slot k of block g is row ``g·NR + k``,
-    slots ≥ NR padding) with the per-tensor scale of :func:`_tensor_scale`, stored ``[R, D]``
-    or (TRANS) ``[D, R]``; the scale itself by the first program. SCALE_ROW: the programs of
+    slots ≥ NR padding) with the per-tensor ``scale`` (:func:`_tensor_scale` or
+    :func:`_partials_scale`), stored ``[R, D]`` or (TRANS) ``[D, R]``; the scale itself by the
+    first program. SCALE_ROW: the programs of
     the first row block also write ``scale/16`` at each of their D positions of ``row_ptr``
     (HQ's weight scale as the g_x GEMM's rowwise ``scale_b``: no kernel of its own to expand
     it; a power of two, so the same bits as the host's ``scale / 16``)."""
-    scale = _tensor_scale(amax_ptr, stats_ptr, numel, SAWB, QMAX)
     if (pid_b == 0) & (pid_d == 0):
         tl.store(scale_ptr, scale)
     if SCALE_ROW:
@@ -279,24 +326,13 @@ def _tensor_codes(
 
 
 @triton.jit
-def _hla_quant_kernel(
-    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr, row_ptr,
-    G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel,
-    MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr, SAWB: tl.constexpr,
-    SIGNS: tl.constexpr, TRANSFORM: tl.constexpr,
-    ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
-    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, ROUND_BF16: tl.constexpr,
-    SCALE_ROW: tl.constexpr,
+def _hla_tile(
+    x_ptr, sign_ptr, pid_b, pid_d, G, D, nb, S, H, W, NBW, stride_n, stride_s,
+    PATCH: tl.constexpr, SIGNS: tl.constexpr, TRANSFORM: tl.constexpr, ROWS: tl.constexpr,
+    RP: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, ROUND_BF16: tl.constexpr,
 ):  # fmt: skip
-    """MODE 1: max-abs of the kept coefficients into ``amax_ptr`` (atomic max on int bits);
-    with SAWB also Σt², Σ|t| into ``stats_ptr`` (atomic fp32 adds). MODE 2: quantize with the
-    scale from MODE 1; codes ``[R, D]`` or (TRANS) ``[D, R]``, in the codes tensor's dtype.
-    ROUND_BF16: x is float32 and is read as its bfloat16 copy would be (HQ's weight codes
-    from the fp32 parameter, as autocast's copy, without the copy written). SCALE_ROW (MODE 2):
-    ``scale/16`` over ``row_ptr [D]`` as well (:func:`_tensor_codes`)."""
-    pid_b = tl.program_id(0)
-    pid_d = tl.program_id(1)
+    """Tile ``(pid_b, pid_d)``'s kept coefficients ``[BLOCK_B, BLOCK_D, RP]`` (16 coalesced
+    row loads, the butterfly in registers), with its block and channel indices and masks."""
     g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     gmask = g < G
     n = g // nb
@@ -329,12 +365,62 @@ def _hla_quant_kernel(
         )
     t = _kept(y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, ROWS, RP)
     t = tl.reshape(t, [BLOCK_B, BLOCK_D, RP])
+    return t, g, gmask, d, dmask
+
+
+@triton.jit
+def _hla_quant_kernel(
+    x_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, sign_ptr, row_ptr,
+    G, D, R, nb, S, H, W, NBW, stride_n, stride_s, seed, numel, NPB, npart,
+    MODE: tl.constexpr, TRANS: tl.constexpr, PATCH: tl.constexpr, SAWB: tl.constexpr,
+    SIGNS: tl.constexpr, TRANSFORM: tl.constexpr,
+    ROWS: tl.constexpr, NR: tl.constexpr, RP: tl.constexpr,
+    ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, ROUND_BF16: tl.constexpr,
+    SCALE_ROW: tl.constexpr, RED: tl.constexpr,
+):  # fmt: skip
+    """MODE 1 (grid ``[nb1, nd]``): program ``(i, j)`` takes the row blocks ``i, i + nb1, …``
+    (of ``NPB``) of channel block j and stores its statistics at ``i·nd + j``: the max-abs
+    bits of the kept coefficients in ``amax_ptr`` and, with SAWB, Σt², Σ|t| in ``stats_ptr``
+    (``npart`` of each). A slot per program, not atomics into a zeroed word: under inductor
+    a zeroed word is one ``torch.zeros`` for every quantizer of the graph after CSE, cloned
+    for each kernel that writes it — a launch each, which FSDP2's host-bound step paid ~104
+    times a step on the 0.67B Llama (session 38). MODE 2 (grid ``[NPB, nd]``): reduce the
+    ``npart`` statistics (``RED`` at a time) to the scale and quantize; codes ``[R, D]`` or
+    (TRANS) ``[D, R]``, in the codes tensor's dtype. ROUND_BF16: x is float32 and is read as
+    its bfloat16 copy would be (HQ's weight codes from the fp32 parameter, as autocast's copy,
+    without the copy written). SCALE_ROW (MODE 2): ``scale/16`` over ``row_ptr [D]`` as well
+    (:func:`_tensor_codes`)."""
+    pid_b = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    geo = (G, D, nb, S, H, W, NBW, stride_n, stride_s)
     if MODE == 1:
-        _tensor_stats(t, amax_ptr, stats_ptr, SAWB)
+        top = tl.zeros([], dtype=tl.int32)
+        s2 = tl.zeros([], dtype=tl.float32)
+        s1 = tl.zeros([], dtype=tl.float32)
+        for b in range(pid_b, NPB, tl.num_programs(0)):
+            t, g, gmask, d, dmask = _hla_tile(
+                x_ptr, sign_ptr, b, pid_d, *geo,
+                PATCH, SIGNS, TRANSFORM, ROWS, RP, BLOCK_B, BLOCK_D, ROUND_BF16,
+            )  # fmt: skip
+            t_top, t_s2, t_s1 = _tile_stats(t, SAWB)
+            top = tl.maximum(top, t_top)
+            s2 += t_s2
+            s1 += t_s1
+        slot = pid_b * tl.num_programs(1) + pid_d
+        tl.store(amax_ptr + slot, top)
+        if SAWB:
+            tl.store(stats_ptr + slot, s2)
+            tl.store(stats_ptr + npart + slot, s1)
     else:
+        t, g, gmask, d, dmask = _hla_tile(
+            x_ptr, sign_ptr, pid_b, pid_d, *geo,
+            PATCH, SIGNS, TRANSFORM, ROWS, RP, BLOCK_B, BLOCK_D, ROUND_BF16,
+        )  # fmt: skip
+        scale = _partials_scale(amax_ptr, stats_ptr, npart, numel, SAWB, QMAX, RED)
         _tensor_codes(
-            t, g, gmask, d, dmask, pid_b, pid_d, codes_ptr, scale_ptr, amax_ptr, stats_ptr,
-            row_ptr, D, R, seed, numel, SAWB, TRANS, NR, RP, ROUNDING, QMAX, PM, SCALE_ROW,
+            t, g, gmask, d, dmask, pid_b, pid_d, codes_ptr, scale_ptr, scale, row_ptr, D, R,
+            seed, TRANS, NR, RP, ROUNDING, QMAX, PM, SCALE_ROW,
         )  # fmt: skip
 
 
@@ -409,11 +495,10 @@ def hla_quantize(
     if signs is not None and signs.numel() != N * S:
         raise ValueError(f"signs has {signs.numel()} elements for {N}x{S} tokens")
     seed = int(torch.randint(0, 2**31 - 1, ())) if rounding == "stochastic" else 0
-    words = scratch.zeroed(x.device, 3 if sawb else 1)
     signs = signs.reshape(N * S).contiguous() if signs is not None else None
     return launch_hla_quantize(
         _hla_quant_kernel, x, grid_w, rows, bits, rounding, transposed, sawb, out_dtype,
-        signs, words, seed, block_b, block_d, num_warps, round_bf16=round_bf16,
+        signs, None, seed, block_b, block_d, num_warps, round_bf16=round_bf16,
         scale_row=scale_row,
     )  # fmt: skip
 
@@ -444,25 +529,30 @@ def launch_hla_quantize(
     sawb: bool,
     out_dtype: torch.dtype,
     signs: torch.Tensor | None,
-    words: torch.Tensor,
+    amax: torch.Tensor | None,
     seed: int,
     block_b: int = BLOCK_B,
     block_d: int = BLOCK_D,
     num_warps: int = 4,
-    amax_given: bool = False,
     round_bf16: bool = False,
     scale_row: bool = False,
+    max_partials: int = MAX_PARTIALS,
+    reduce_block: int = REDUCE_BLOCK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Allocate the outputs and launch ``_hla_quant_kernel`` twice (max-abs, then codes):
+    """Allocate the outputs and launch ``_hla_quant_kernel`` twice (statistics, then codes):
     the one copy of the launch arithmetic, shared by :func:`hla_quantize` (the ops path:
-    ``kernel`` the jitted function, ``words`` a scratch allocation) and the ``triton_op`` of
-    ``hotcompile.lowering.triton_ops`` (``kernel`` wrapped by ``wrap_triton``, ``words`` a
-    ``torch.zeros`` that inductor owns). ``x``: ``[N, S, D]`` with unit last stride;
-    ``signs``: flat ``[N·S]`` or None; ``words``: zeroed int32, 3 with ``sawb`` else 1.
+    ``kernel`` the jitted function) and the ``triton_op`` of
+    ``hotcompile.lowering.triton_ops`` (``kernel`` wrapped by ``wrap_triton``). ``x``:
+    ``[N, S, D]`` with unit last stride; ``signs``: flat ``[N·S]`` or None.
 
-    ``amax_given`` (no HLA, token blocks, no signs, K-major, no SAWB: the plain rows of x):
-    ``words[0]`` already holds x's max-abs bits (HQ's kernel took them from the same g_y), so
-    only the codes pass runs (H100: 78 vs 131 µs over an 8192² g_y,
+    The statistics pass writes one slot per program (at most ``max_partials`` programs where
+    the channel blocks allow, each looping over row blocks) into an uninitialised buffer the
+    codes pass reduces ``reduce_block`` at a time: nothing to zero before the launch (the
+    two knobs exist for the tests, which need loops and several chunks at small shapes).
+
+    ``amax`` (no HLA, token blocks, no signs, K-major, no SAWB: the plain rows of x): an int32
+    word already holding x's max-abs bits (HQ's kernel took them from the same g_y), so only
+    the codes pass runs (H100: 78 vs 131 µs over an 8192² g_y,
     ``experiments/results/plain_codes_pass_h100.md``).
 
     ``round_bf16`` (float32 x): the codes of ``x.to(torch.bfloat16)``, each value rounded as
@@ -475,7 +565,8 @@ def launch_hla_quantize(
     nb, H, W, nbw = hla_rows_count(S, grid_w)
     transform = len(rows) > 0
     plain = not transform and grid_w == 0 and signs is None and transposed and not sawb
-    if amax_given and not plain:
+    given = amax is not None
+    if given and not plain:
         raise ValueError("a given max-abs needs the plain case (no HLA, signs or patches)")
     rows = rows if transform else IDENTITY_ROWS
     nr = len(rows)
@@ -487,15 +578,21 @@ def launch_hla_quantize(
         packed |= (int(rows[k]) if k < nr else 16) << (5 * k)
     codes = torch.empty((D, R) if transposed else (R, D), dtype=out_dtype, device=x.device)
     scale = torch.empty((1,), dtype=torch.float32, device=x.device)
-    amax = words[:1]
-    stats = words[1:].view(torch.float32) if sawb else scale  # SAWB's Σt², Σ|t|
     block_d = min(block_d, triton.next_power_of_2(D))
-    grid = (triton.cdiv(G, block_b), triton.cdiv(D, block_d))
+    npb, nd = triton.cdiv(G, block_b), triton.cdiv(D, block_d)
+    nb1 = min(npb, max(1, max_partials // nd))  # statistics programs along the row blocks
+    if given:
+        npart, stats = 1, scale  # the given word; no SAWB here
+    else:
+        npart = nb1 * nd
+        parts = torch.empty((npart * (3 if sawb else 1),), dtype=torch.int32, device=x.device)
+        amax = parts[:npart]
+        stats = parts[npart:].view(torch.float32) if sawb else scale  # SAWB's Σt², Σ|t|
     sp = signs if signs is not None else scale  # any pointer when SIGNS is off
     row = torch.empty((1, D), dtype=torch.float32, device=x.device) if scale_row else scale
     args = (
         x, codes, scale, amax, stats, sp, row, G, D, R, nb, S, H, W, nbw, x.stride(0),
-        x.stride(1), seed, float(R * D),
+        x.stride(1), seed, float(R * D), npb, npart,
     )  # fmt: skip
     common = dict(
         TRANS=transposed,
@@ -507,11 +604,12 @@ def launch_hla_quantize(
         RP=rp,
         ROUND_BF16=round_bf16 and x.dtype == torch.float32,
         SCALE_ROW=scale_row,
+        RED=min(triton.next_power_of_2(npart), reduce_block),
         **quantizer_constexprs(bits, rounding, sawb, block_b, block_d, num_warps),
     )
-    if not amax_given:
-        kernel[grid](*args, MODE=1, **common)
-    kernel[grid](*args, MODE=2, **common)
+    if not given:
+        kernel[(nb1, nd)](*args, MODE=1, **common)
+    kernel[(npb, nd)](*args, MODE=2, **common)
     return codes, row
 
 

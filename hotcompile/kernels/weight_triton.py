@@ -39,6 +39,7 @@ from hotcompile.kernels.hla_triton import (
     _kept,
     _load_pos,
     _tensor_codes,
+    _tensor_scale,
     _tensor_stats,
     quantizer_constexprs,
 )
@@ -146,9 +147,10 @@ def _weight_operands_kernel(
     if MODE == 1:
         _tensor_stats(t, amax_ptr, stats_ptr, SAWB)
     else:  # K-major [I, R], as hla_quantize writes HQ's weight operand
+        scale = _tensor_scale(amax_ptr, stats_ptr, numel, SAWB, QMAX)
         _tensor_codes(
-            t, g, gmask, d, dmask, pid_b, pid_d, hq_ptr, hq_scale_ptr, amax_ptr, stats_ptr,
-            row_ptr, I, R, seed, numel, SAWB, True, 16, 16, ROUNDING, QMAX, PM, SCALE_ROW,
+            t, g, gmask, d, dmask, pid_b, pid_d, hq_ptr, hq_scale_ptr, scale, row_ptr, I, R,
+            seed, True, 16, 16, ROUNDING, QMAX, PM, SCALE_ROW,
         )  # fmt: skip
 
 

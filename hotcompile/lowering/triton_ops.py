@@ -10,7 +10,10 @@ generated wrapper, like the kernels inductor writes itself. Nothing here runs Py
 
 Only traceable host code is allowed in the bodies: shapes, no ``.item()``, no RNG seeds drawn on
 the host (so no ``"stochastic"`` rounding: the native path takes ``nearest`` and
-``pseudo_stochastic``), no scratch pools (a ``torch.zeros`` word for the atomics instead).
+``pseudo_stochastic``), no scratch pools: the HLA kernel's statistics go to a slot per program
+of a ``torch.empty`` buffer; the other per-tensor quantizers' atomics take a ``torch.zeros``
+word, which inductor, after CSE has made every such word one node, clones for each kernel
+that writes it (a one-element launch each).
 
 Importing this module needs Triton; ``hotcompile.lowering.available()`` says whether it can.
 """
@@ -113,13 +116,10 @@ def hla_quantize(
         x = x.contiguous()
     N, S, D = x.shape
     fp8 = rounding == FP8_E4M3
-    words = amax if amax is not None else torch.zeros((3 if sawb else 1,), dtype=torch.int32,
-                                                      device=x.device)  # fmt: skip
     flat = signs.reshape(N * S) if signs is not None else None
     return launch_hla_quantize(
         wrap_triton(_hla_quant_kernel), x, grid_w, rows, bits, rounding, True, sawb,
-        _code_dtype(fp8 or fp8_codes), flat, words, 0, amax_given=amax is not None,
-        round_bf16=round_bf16, scale_row=scale_row,
+        _code_dtype(fp8 or fp8_codes), flat, amax, 0, round_bf16=round_bf16, scale_row=scale_row,
     )  # fmt: skip
 
 
