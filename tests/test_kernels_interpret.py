@@ -510,7 +510,20 @@ AOT_HOPPER = textwrap.dedent("""
         kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                 options={"num_warps": warps})
         n += bool(kernel.asm["cubin"])
-    print(f"{n}/13")
+    # HQ's per-token codes of a bf16 g_y with its raw max-abs in a slot per looping program
+    from hotcompile.kernels.hq_triton import _config, _hq_quant_kernel
+    block_l, bo, nchunk, warps = _config(4096, None, True)
+    const = dict(MODE=0, **code_constexprs(8, "fp8_e4m3"), NCHUNK=nchunk, BLOCK_L=block_l,
+                 BLOCK_O=bo, SAWB=False, RAW=True)
+    sig = {"gy_ptr": "*bf16", "codes_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "amax_ptr": "*fp32",
+           "stats_ptr": "*fp32", "raw_ptr": "*i32", "L": "i32", "O": "i32", "L_OUT": "i32",
+           "O_PAD": "i32", "stride_g": "i32", "stride_c": "i32", "seed": "i32", "numel": "fp32",
+           "NRB": "i32"}
+    src = ASTSource(fn=_hq_quant_kernel, constexprs=const,
+                    signature={**sig, **{k: "constexpr" for k in const}})
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    n += bool(kernel.asm["cubin"])
+    print(f"{n}/14")
 """)
 
 
@@ -518,9 +531,11 @@ def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
     """The kernels written without a GPU compile to sm_90 machine code (Triton's front end,
     then ptxas): the weight operands' in both launches, max-abs-FP8 and SAWB-INT4, and the
     SwiGLU forward's codes for each product, the lean backward's kernel of down's ABC
-    codes from a SwiGLU's codes, both passes, and HQ's weight codes read from the fp32
-    parameter (``_hla_quant_kernel`` with ROUND_BF16), both passes: the interpreter does not check
-    what only a GPU compile does (globals read as constexpr, types, a branch never taken)."""
+    codes from a SwiGLU's codes, both passes, HQ's weight codes read from the fp32
+    parameter (``_hla_quant_kernel`` with ROUND_BF16), both passes, the vision recipe's HLA
+    g_w operand (patches, signs, SAWB statistics in slots), both passes, and HQ's per-token
+    kernel with g_y's raw max-abs in slots: the interpreter does not check what only a GPU
+    compile does (globals read as constexpr, types, a branch never taken)."""
     import pathlib
     import shutil
 
@@ -530,7 +545,7 @@ def test_weight_operands_kernel_compiles_for_hopper(tmp_path):
     if not bundled.exists() and shutil.which("ptxas") is None:
         pytest.skip("no ptxas here (Triton's wheel bundles one)")
     out = _run_script(tmp_path / "aot_check.py", AOT_HOPPER, interpret=False)
-    assert out.split()[-1] == "13/13", out
+    assert out.split()[-1] == "14/14", out
 
 
 PARTIALS = textwrap.dedent("""
@@ -574,6 +589,37 @@ PARTIALS = textwrap.dedent("""
                                           max_partials=3, reduce_block=2)
             n += 1
             bad += not bool(torch.isnan(sn).all())
+    # g_y's raw max-abs from HQ's per-token kernel as slots (3 programs looping over 19 row
+    # blocks of 2 rows at this width)
+    # or as the per-tensor word: the bits of g_y.abs().max(), and the plain g_w codes made
+    # with them are those the HLA kernel makes with its own statistics
+    from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
+    for nan in (False, True):
+        gy = torch.randn(37, 2048) * torch.logspace(-2, 1, 37)[:, None]
+        if nan:
+            gy[30, 5] = float("nan")
+        want = gy.abs().max().reshape(1)
+        for per_token in (True, False):
+            c = torch.empty((37, 2048), dtype=torch.float8_e4m3fn)
+            s = torch.empty((37 if per_token else 1,))
+            words = None if per_token else torch.zeros(1, dtype=torch.int32)
+            raw = launch_hq_quantize(_hq_quant_kernel, gy, c, s, words, 8, "fp8_e4m3", 0,
+                                     raw=True, max_raw_slots=3)
+            n += 1
+            top = raw.max().reshape(1).view(torch.float32)
+            same = torch.isnan(top).all() if nan else torch.equal(top, want)
+            bad += not (bool(same) and raw.numel() == (3 if per_token else 1))
+        g3 = gy[None]
+        own = H.launch_hla_quantize(H._hla_quant_kernel, g3, 0, (), 8, "fp8_e4m3", True,
+                                    False, torch.float8_e4m3fn, None, None, 0)
+        given = H.launch_hla_quantize(H._hla_quant_kernel, g3, 0, (), 8, "fp8_e4m3", True,
+                                      False, torch.float8_e4m3fn, None, raw, 0,
+                                      reduce_block=2)
+        n += 1
+        same = (torch.isnan(own[1]).all() and torch.isnan(given[1]).all()) if nan else (
+            torch.equal(own[1], given[1])
+            and torch.equal(own[0].view(torch.uint8), given[0].view(torch.uint8)))
+        bad += not bool(same)
     print(f"{n - bad}/{n}")
 """)
 
@@ -582,5 +628,7 @@ def test_interpreted_hla_statistics_in_slots_reduce_as_one(tmp_path):
     """``_hla_quant_kernel``'s statistics pass writes one slot per program (no zeroed word for
     inductor to clone) and its codes pass reduces them: looping programs and a chunked
     reduction give the codes and scale of one program per tile — the reference's — and a NaN
-    anywhere still reaches the scale."""
+    anywhere still reaches the scale. HQ's per-token kernel leaves g_y's raw max-abs in a slot
+    per program (at most ``max_raw_slots``, looping), which the plain g_w codes pass reduces
+    to the codes of its own statistics."""
     _all_of_them(_run_script(tmp_path / "partials.py", PARTIALS, interpret=True))

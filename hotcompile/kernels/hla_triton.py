@@ -550,9 +550,10 @@ def launch_hla_quantize(
     codes pass reduces ``reduce_block`` at a time: nothing to zero before the launch (the
     two knobs exist for the tests, which need loops and several chunks at small shapes).
 
-    ``amax`` (no HLA, token blocks, no signs, K-major, no SAWB: the plain rows of x): an int32
-    word already holding x's max-abs bits (HQ's kernel took them from the same g_y), so only
-    the codes pass runs (H100: 78 vs 131 µs over an 8192² g_y,
+    ``amax`` (no HLA, token blocks, no signs, K-major, no SAWB: the plain rows of x): int32
+    already holding x's max-abs bits, one word or slots to reduce (HQ's kernel took them from
+    the same g_y, :func:`hotcompile.kernels.hq_triton.launch_hq_quantize`), so only the
+    codes pass runs (H100: 78 vs 131 µs over an 8192² g_y,
     ``experiments/results/plain_codes_pass_h100.md``).
 
     ``round_bf16`` (float32 x): the codes of ``x.to(torch.bfloat16)``, each value rounded as
@@ -581,8 +582,8 @@ def launch_hla_quantize(
     block_d = min(block_d, triton.next_power_of_2(D))
     npb, nd = triton.cdiv(G, block_b), triton.cdiv(D, block_d)
     nb1 = min(npb, max(1, max_partials // nd))  # statistics programs along the row blocks
-    if given:
-        npart, stats = 1, scale  # the given word; no SAWB here
+    if given:  # the given max-abs bits: a word, or the slots of HQ's per-token kernel
+        npart, stats = amax.numel(), scale  # no SAWB here
     else:
         npart = nb1 * nd
         parts = torch.empty((npart * (3 if sawb else 1),), dtype=torch.int32, device=x.device)

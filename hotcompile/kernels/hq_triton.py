@@ -39,6 +39,9 @@ TILE = 4096
 ONE_WALK = 8192
 #: widest O chunk of the two-walk path
 CHUNK_O = 2048
+#: the per-token launch with g_y's raw max-abs: at most this many programs (one slot each,
+#: which the g_w codes pass reduces: 4 KiB a program), each looping over row blocks
+MAX_RAW_SLOTS = 1024
 #: HQ's Hadamard keeps every coefficient of a 16-block
 ALL_ROWS = tuple(range(16))
 
@@ -108,82 +111,89 @@ def _quant_store(
 @triton.jit
 def _hq_quant_kernel(
     gy_ptr, codes_ptr, scale_ptr, amax_ptr, stats_ptr, raw_ptr, L, O, L_OUT, O_PAD, stride_g,
-    stride_c, seed, numel,
+    stride_c, seed, numel, NRB,
     MODE: tl.constexpr, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     NCHUNK: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr, SAWB: tl.constexpr,
     RAW: tl.constexpr,
 ):  # fmt: skip
     """MODE 0: per-token, all in one launch. MODE 1: per-tensor max-abs (atomic, int bits);
     with SAWB also Σx² and Σ|x| (atomic fp32 adds). MODE 2: per-tensor quantize with the
-    max-abs (or SAWB scale) of MODE 1. RAW (modes 0, 1): also the max-abs of g_y itself,
-    untransformed, into ``raw_ptr`` — the per-tensor scale of the g_w path's plain FP8 codes
-    of the same g_y (text recipe), so that kernel need not read g_y a second time for it."""
+    max-abs (or SAWB scale) of MODE 1. Program ``p`` takes the row blocks ``p, p + grid, …``
+    of ``NRB``. RAW (modes 0, 1): also the max-abs of g_y itself, untransformed — the
+    per-tensor scale of the g_w path's plain FP8 codes of the same g_y (text recipe), so that
+    kernel need not read g_y a second time for it — in MODE 0 one slot per program of
+    ``raw_ptr`` (the launcher caps the grid so the slots stay few; nothing to zero first, so
+    inductor clones no zeroed word for it), in MODE 1 an atomic max into the word
+    ``raw_ptr``."""
     INV_Q: tl.constexpr = 1.0 / QMAX
     pid = tl.program_id(0)
-    rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
-    rmask = rows < L
-    rows64 = rows.to(tl.int64)
-    if MODE != 2:
-        ssq = tl.zeros([BLOCK_L], dtype=tl.float32)
-        sab = tl.zeros([BLOCK_L], dtype=tl.float32)
-        if NCHUNK == 1:
-            cols = tl.arange(0, BLOCK_O)
-            x, raw = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
-            bits = _amax_bits(x)
-            if RAW:
-                tl.atomic_max(raw_ptr, raw)
-            if SAWB:
-                ssq = tl.sum(x * x, axis=1)
-                sab = tl.sum(tl.abs(x), axis=1)
-        else:
-            bits = tl.zeros([BLOCK_L], dtype=tl.int32)
-            raw_all = tl.zeros([], dtype=tl.int32)
-            for c in range(NCHUNK):
-                cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
-                xc, raw = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
-                bits = tl.maximum(bits, _amax_bits(xc))
-                raw_all = tl.maximum(raw_all, raw)
+    raw_top = tl.zeros([], dtype=tl.int32)
+    for rb in range(pid, NRB, tl.num_programs(0)):
+        rows = rb * BLOCK_L + tl.arange(0, BLOCK_L)
+        rmask = rows < L
+        rows64 = rows.to(tl.int64)
+        if MODE != 2:
+            ssq = tl.zeros([BLOCK_L], dtype=tl.float32)
+            sab = tl.zeros([BLOCK_L], dtype=tl.float32)
+            if NCHUNK == 1:
+                cols = tl.arange(0, BLOCK_O)
+                x, raw = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
+                bits = _amax_bits(x)
+                raw_top = tl.maximum(raw_top, raw)
                 if SAWB:
-                    ssq += tl.sum(xc * xc, axis=1)
-                    sab += tl.sum(tl.abs(xc), axis=1)
-            if RAW:  # one atomic per program: the word is contended by every program
-                tl.atomic_max(raw_ptr, raw_all)
-        if MODE == 1:
-            tl.atomic_max(amax_ptr, tl.max(bits, axis=0))
+                    ssq = tl.sum(x * x, axis=1)
+                    sab = tl.sum(tl.abs(x), axis=1)
+            else:
+                bits = tl.zeros([BLOCK_L], dtype=tl.int32)
+                for c in range(NCHUNK):
+                    cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
+                    xc, raw = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
+                    bits = tl.maximum(bits, _amax_bits(xc))
+                    raw_top = tl.maximum(raw_top, raw)
+                    if SAWB:
+                        ssq += tl.sum(xc * xc, axis=1)
+                        sab += tl.sum(tl.abs(xc), axis=1)
+            if MODE == 1:
+                tl.atomic_max(amax_ptr, tl.max(bits, axis=0))
+                if SAWB:
+                    tl.atomic_add(stats_ptr, tl.sum(ssq, axis=0))
+                    tl.atomic_add(stats_ptr + 1, tl.sum(sab, axis=0))
+            else:
+                scale = normal_scale(bits.to(tl.float32, bitcast=True) * INV_Q)
+                tl.store(scale_ptr + rows, scale, mask=rows < L_OUT)
+                s = scale[:, None]
+        else:
+            amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
             if SAWB:
-                tl.atomic_add(stats_ptr, tl.sum(ssq, axis=0))
-                tl.atomic_add(stats_ptr + 1, tl.sum(sab, axis=0))
-        else:
-            scale = normal_scale(bits.to(tl.float32, bitcast=True) * INV_Q)
-            tl.store(scale_ptr + rows, scale, mask=rows < L_OUT)
-            s = scale[:, None]
-    else:
-        amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
-        if SAWB:
-            scale = sawb_scale(amax, tl.load(stats_ptr), tl.load(stats_ptr + 1), numel, QMAX)
-        else:
-            scale = amax * INV_Q
-        scale = normal_scale(scale)
-        if pid == 0:
-            tl.store(scale_ptr, scale)
-        s = scale
-    if MODE != 1:
-        if NCHUNK == 1:
-            cols = tl.arange(0, BLOCK_O)
-            if MODE == 2:
-                x, _ = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
-            _quant_store(
-                x, s, codes_ptr, stride_c, rows, rows64, cols, L_OUT, O_PAD, seed,
-                ROUNDING, QMAX, PM,
-            )  # fmt: skip
-        else:
-            for c in range(NCHUNK):
-                cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
-                xc, _ = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
+                scale = sawb_scale(amax, tl.load(stats_ptr), tl.load(stats_ptr + 1), numel, QMAX)
+            else:
+                scale = amax * INV_Q
+            scale = normal_scale(scale)
+            if rb == 0:
+                tl.store(scale_ptr, scale)
+            s = scale
+        if MODE != 1:
+            if NCHUNK == 1:
+                cols = tl.arange(0, BLOCK_O)
+                if MODE == 2:
+                    x, _ = _load_ht(gy_ptr, stride_g, rows64, rmask, cols, O, BLOCK_L, BLOCK_O)
                 _quant_store(
-                    xc, s, codes_ptr, stride_c, rows, rows64, cc, L_OUT, O_PAD, seed,
+                    x, s, codes_ptr, stride_c, rows, rows64, cols, L_OUT, O_PAD, seed,
                     ROUNDING, QMAX, PM,
                 )  # fmt: skip
+            else:
+                for c in range(NCHUNK):
+                    cc = c * BLOCK_O + tl.arange(0, BLOCK_O)
+                    xc, _ = _load_ht(gy_ptr, stride_g, rows64, rmask, cc, O, BLOCK_L, BLOCK_O)
+                    _quant_store(
+                        xc, s, codes_ptr, stride_c, rows, rows64, cc, L_OUT, O_PAD, seed,
+                        ROUNDING, QMAX, PM,
+                    )  # fmt: skip
+    if RAW:
+        if MODE == 0:
+            tl.store(raw_ptr + pid, raw_top)
+        if MODE == 1:  # one atomic per program: the word is contended by every program
+            tl.atomic_max(raw_ptr, raw_top)
 
 
 # ----------------------------------------------------------------------------- host code
@@ -330,36 +340,48 @@ def launch_hq_quantize(
     seed: int,
     sawb: bool = False,
     block_o: int | None = None,
-    raw: torch.Tensor | None = None,
-) -> None:
+    raw: bool = False,
+    max_raw_slots: int | None = None,
+) -> torch.Tensor | None:
     """Launch ``_hq_quant_kernel`` into ``codes`` / ``scales``: once per token (``words`` None),
     twice per tensor (max-abs into the zeroed int32 ``words``, 3 with ``sawb``, then codes).
-    ``raw``: a zeroed int32 word that also receives g_y's own max-abs bits.
+    ``raw``: also g_y's own max-abs bits, returned as int32 — per token one slot per program
+    (at most ``max_raw_slots``, default ``MAX_RAW_SLOTS``, programs, each looping over row
+    blocks: what a consumer reduces; :func:`hotcompile.kernels.hla_triton.launch_hla_quantize`
+    takes them as its ``amax``), per tensor one word; else None.
     The one copy of the launch arithmetic, shared by :func:`hq_quantize_triton` (the ops
     path) and the ``triton_op`` of ``hotcompile.lowering.triton_ops`` (``kernel`` wrapped by
     ``wrap_triton``). ``gy`` has a unit column stride; the outputs are non-empty."""
     L, O = gy.shape
     l_out, o_pad = codes.shape
     block_l, bo, nchunk, warps = _config(o_pad, block_o, rounding == FP8_E4M3)
-    grid = (triton.cdiv(l_out, block_l),)
+    nrb = triton.cdiv(l_out, block_l)
+    per_token = words is None
+    grid = (min(nrb, max_raw_slots or MAX_RAW_SLOTS) if raw and per_token else nrb,)
     common = dict(
         **code_constexprs(bits, rounding),
         NCHUNK=nchunk,
         BLOCK_L=block_l,
         BLOCK_O=bo,
         SAWB=sawb,
-        RAW=raw is not None,
+        RAW=raw,
         num_warps=warps,
     )
-    args = (L, O, l_out, o_pad, gy.stride(0), codes.stride(0), seed, float(L * o_pad))
-    rp = raw if raw is not None else scales  # any pointer when RAW is off
-    if words is None:
+    args = (L, O, l_out, o_pad, gy.stride(0), codes.stride(0), seed, float(L * o_pad), nrb)
+    out = None
+    if raw:
+        shape = (grid[0],) if per_token else (1,)
+        make = torch.empty if per_token else torch.zeros  # slots, or a word for atomics
+        out = make(shape, dtype=torch.int32, device=gy.device)
+    rp = out if out is not None else scales  # any pointer when RAW is off
+    if per_token:
         kernel[grid](gy, codes, scales, scales, scales, rp, *args, MODE=0, **common)
     else:
         amax = words[:1]
         stats = words[1:].view(torch.float32) if sawb else scales  # SAWB's Σx², Σ|x|
         kernel[grid](gy, codes, scales, amax, stats, rp, *args, MODE=1, **common)
         kernel[grid](gy, codes, scales, amax, stats, rp, *args, MODE=2, **common)
+    return out
 
 
 def quantize_weight(w: torch.Tensor, bits: int, weight_scale: str, fp8: bool):

@@ -81,8 +81,9 @@ def quantize_gy(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """HQ's g_y operand: codes of ``g_y·B_O`` ``[padded(L, pad_rows_to), padded(O, 16)]``
     (e4m3 when ``fp8``, else int8) and fp32 scales ``[L_out]`` (per token) or ``[1]``; third,
-    with ``raw_amax`` on CUDA, an int32 word with the max-abs bits of g_y itself (taken in the
-    same pass, for :func:`hla_codes`' ``amax``), else None."""
+    with ``raw_amax`` on CUDA, the max-abs bits of g_y itself as int32 (taken in the same
+    pass, for :func:`hla_codes`' ``amax``: per token one slot per program of the kernel,
+    which that kernel reduces, per tensor one word), else None."""
     if use_triton(gy):
         q, s, raw = _triton_ops().hq_quantize(
             _plain(gy), bits, per_token, rounding, fp8, pad_rows_to, raw_amax

@@ -67,8 +67,9 @@ def hq_quantize(
     codes ``[padded(L, pad_rows_to), padded(O, 16)]`` (e4m3 INT-grid values when ``fp8``,
     else int8; padded rows are zero codes with zero scale) and fp32 scales ``[L_out]`` or
     ``[1]``. One launch per token, two per tensor (max-abs by atomics, then the codes).
-    Third output: an int32 word holding the max-abs bits of g_y itself when ``raw_amax``
-    (for :func:`hla_quantize`'s ``amax``), else an empty tensor (no fill kernel)."""
+    Third output: the max-abs bits of g_y itself when ``raw_amax`` (for
+    :func:`hla_quantize`'s ``amax``), int32 — per token one slot per program, which that
+    kernel reduces; per tensor one word — else an empty tensor (no fill kernel)."""
     if gy.stride(-1) != 1:
         gy = gy.contiguous()
     L, O = gy.shape
@@ -76,11 +77,11 @@ def hq_quantize(
     codes = torch.empty((l_out, o_pad), dtype=_code_dtype(fp8), device=gy.device)
     scales = torch.empty((l_out if per_token else 1,), dtype=torch.float32, device=gy.device)
     words = None if per_token else torch.zeros((1,), dtype=torch.int32, device=gy.device)
-    raw = torch.zeros((1 if raw_amax else 0,), dtype=torch.int32, device=gy.device)
-    launch_hq_quantize(
-        wrap_triton(_hq_quant_kernel), gy, codes, scales, words, bits, rounding, 0,
-        raw=raw if raw_amax else None,
-    )  # fmt: skip
+    raw = launch_hq_quantize(
+        wrap_triton(_hq_quant_kernel), gy, codes, scales, words, bits, rounding, 0, raw=raw_amax
+    )
+    if raw is None:
+        raw = torch.empty((0,), dtype=torch.int32, device=gy.device)
     return codes, scales, raw
 
 
