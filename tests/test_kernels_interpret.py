@@ -620,6 +620,24 @@ PARTIALS = textwrap.dedent("""
             torch.equal(own[1], given[1])
             and torch.equal(own[0].view(torch.uint8), given[0].view(torch.uint8)))
         bad += not bool(same)
+    # the SwiGLU backward's raw max-abs of g_a and g_b in 3 slots (3 programs looping over 37
+    # rows) against 1, and the g_w codes swiglu_gw makes with either
+    from hotcompile.kernels.swiglu_triton import _swiglu_hq_kernel, launch_swiglu_hq, swiglu_gw
+    a, b, g = ((torch.randn(37, 64) * 2).to(torch.bfloat16) for _ in range(3))
+    g[21, 3] = 50.0  # row 21: program 0's of 3
+    res = {}
+    for k in (1, 3):
+        ga, gb = torch.empty_like(a), torch.empty_like(a)
+        ca, cb = (torch.empty((48, 64), dtype=torch.float8_e4m3fn) for _ in range(2))
+        sa, sb = (torch.empty(48) for _ in range(2))
+        # poisoned (the bits of 1.7e38): a slot the kernel does not write shows
+        ra, rb = (torch.full((k,), 0x7F000000, dtype=torch.int32) for _ in range(2))
+        launch_swiglu_hq(_swiglu_hq_kernel, a, b, g, ga, gb, ca, sa, cb, sb, ra, rb, 8,
+                         "fp8_e4m3", warps=4)
+        gw = swiglu_gw(a, b, g, None, None, ra, rb, 1, 8, "fp8_e4m3", block_t=16, block_d=32)
+        res[k] = (ra.max(), rb.max(), ca, sa, cb, sb, *gw)
+    n += 1
+    bad += not all(torch.equal(u.float(), v.float()) for u, v in zip(res[1], res[3]))
     print(f"{n - bad}/{n}")
 """)
 
@@ -630,5 +648,6 @@ def test_interpreted_hla_statistics_in_slots_reduce_as_one(tmp_path):
     reduction give the codes and scale of one program per tile — the reference's — and a NaN
     anywhere still reaches the scale. HQ's per-token kernel leaves g_y's raw max-abs in a slot
     per program (at most ``max_raw_slots``, looping), which the plain g_w codes pass reduces
-    to the codes of its own statistics."""
+    to the codes of its own statistics; so does the SwiGLU backward's kernel, whose slots
+    ``swiglu_gw`` reduces."""
     _all_of_them(_run_script(tmp_path / "partials.py", PARTIALS, interpret=True))

@@ -43,8 +43,14 @@ import triton.language as tl
 
 from hotcompile.hadamard import padded
 from hotcompile.kernels import scratch
-from hotcompile.kernels.hla_triton import _tensor_scale
-from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16, _quant_store
+from hotcompile.kernels.hla_triton import _partials_scale, _tensor_scale
+from hotcompile.kernels.hq_triton import (
+    MAX_RAW_SLOTS,
+    ONE_WALK,
+    _amax_bits,
+    _ht16,
+    _quant_store,
+)
 from hotcompile.kernels.rounding import (
     FP8,
     ROUNDING_CODES,
@@ -62,57 +68,69 @@ WARPS = 16
 
 @triton.jit
 def _hq_rows(
-    x, codes_ptr, scale_ptr, raw_ptr, rows, rows64, cols, L_OUT, O_PAD, stride_c,
+    x, codes_ptr, scale_ptr, rows, rows64, cols, L_OUT, O_PAD, stride_c,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr,
 ):  # fmt: skip
-    """HQ of a whole-row tile ``x`` (float32 of the stored g_y): g_y's raw max-abs (atomic),
-    the 16-block butterfly, the per-row scale and the codes, as ``_hq_quant_kernel`` MODE 0."""
+    """HQ of a whole-row tile ``x`` (float32 of the stored g_y): the 16-block butterfly, the
+    per-row scale and the codes, as ``_hq_quant_kernel`` MODE 0; returns the tile's raw
+    max-abs bits (g_y's own, for the plain g_w codes)."""
     INV_Q: tl.constexpr = 1.0 / QMAX
-    tl.atomic_max(raw_ptr, tl.max(_amax_bits(x), axis=0))
+    raw = tl.max(_amax_bits(x), axis=0)
     y = _ht16(x, BLOCK_L, BLOCK_O)
     scale = normal_scale(_amax_bits(y).to(tl.float32, bitcast=True) * INV_Q)
     tl.store(scale_ptr + rows, scale, mask=rows < L_OUT)
     _quant_store(y, scale[:, None], codes_ptr, stride_c, rows, rows64, cols, L_OUT, O_PAD, 0,
                  ROUNDING, QMAX, PM)  # fmt: skip
+    return raw
 
 
 @triton.jit
 def _swiglu_hq_kernel(
     a_ptr, b_ptr, g_ptr, ga_ptr, gb_ptr, ca_ptr, cb_ptr, sa_ptr, sb_ptr, ra_ptr, rb_ptr,
-    xa_ptr, xb_ptr, L, O, L_OUT, O_PAD, stride, stride_c,
+    xa_ptr, xb_ptr, L, O, L_OUT, O_PAD, stride, stride_c, NRB,
     ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
     BLOCK_L: tl.constexpr, BLOCK_O: tl.constexpr, SCALED: tl.constexpr,
     VALUES: tl.constexpr = True,
 ):  # fmt: skip
     """SwiGLU backward (``a``: gate's output, ``b``: up's, ``g``: the product's gradient) and
-    HQ's codes of both gradients, ``BLOCK_L`` whole rows per program. ``SCALED``: ``a`` and
+    HQ's codes of both gradients, ``BLOCK_L`` whole rows at a time: program ``p`` takes the
+    row blocks ``p, p + grid, …`` of ``NRB`` and leaves the raw max-abs bits of the g_a and
+    g_b it made in slot ``p`` of ``ra_ptr``/``rb_ptr`` (nothing to zero first; the g_w codes'
+    kernels reduce the slots). ``SCALED``: ``a`` and
     ``b`` are FP8 codes saved by the forward (``HotConfig.abc_swiglu``), their values
     ``code · scale`` with one float32 scale per row (``xa_ptr``, ``xb_ptr``). ``VALUES``
     False: g_a and g_b are not stored (:func:`swiglu_gw` makes their g_w codes instead);
     ``ga_ptr``/``gb_ptr`` then only give their dtype."""
     pid = tl.program_id(0)
-    rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
-    rows64 = rows.to(tl.int64)
+    ta = tl.zeros([], dtype=tl.int32)
+    tb = tl.zeros([], dtype=tl.int32)
     cols = tl.arange(0, BLOCK_O)
-    mask = (rows < L)[:, None] & (cols < O)[None, :]
-    off = rows64[:, None] * stride + cols[None, :]
-    a = tl.load(a_ptr + off, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + off, mask=mask, other=0.0).to(tl.float32)
-    if SCALED:
-        a = a * tl.load(xa_ptr + rows, mask=rows < L, other=0.0)[:, None]
-        b = b * tl.load(xb_ptr + rows, mask=rows < L, other=0.0)[:, None]
-    g = tl.load(g_ptr + off, mask=mask, other=0.0).to(tl.float32)
-    sig = tl.sigmoid(a)
-    ga = (g * b * (sig * (1.0 + a * (1.0 - sig)))).to(ga_ptr.dtype.element_ty)
-    gb = (g * (a * sig)).to(gb_ptr.dtype.element_ty)
-    if VALUES:
-        tl.store(ga_ptr + off, ga, mask=mask)
-        tl.store(gb_ptr + off, gb, mask=mask)
-    _hq_rows(ga.to(tl.float32), ca_ptr, sa_ptr, ra_ptr, rows, rows64, cols, L_OUT, O_PAD,
-             stride_c, ROUNDING, QMAX, PM, BLOCK_L, BLOCK_O)  # fmt: skip
-    _hq_rows(gb.to(tl.float32), cb_ptr, sb_ptr, rb_ptr, rows, rows64, cols, L_OUT, O_PAD,
-             stride_c, ROUNDING, QMAX, PM, BLOCK_L, BLOCK_O)  # fmt: skip
+    for blk in range(pid, NRB, tl.num_programs(0)):
+        rows = blk * BLOCK_L + tl.arange(0, BLOCK_L)
+        rows64 = rows.to(tl.int64)
+        mask = (rows < L)[:, None] & (cols < O)[None, :]
+        off = rows64[:, None] * stride + cols[None, :]
+        a = tl.load(a_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        if SCALED:
+            a = a * tl.load(xa_ptr + rows, mask=rows < L, other=0.0)[:, None]
+            b = b * tl.load(xb_ptr + rows, mask=rows < L, other=0.0)[:, None]
+        g = tl.load(g_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        sig = tl.sigmoid(a)
+        ga = (g * b * (sig * (1.0 + a * (1.0 - sig)))).to(ga_ptr.dtype.element_ty)
+        gb = (g * (a * sig)).to(gb_ptr.dtype.element_ty)
+        if VALUES:
+            tl.store(ga_ptr + off, ga, mask=mask)
+            tl.store(gb_ptr + off, gb, mask=mask)
+        ra = _hq_rows(ga.to(tl.float32), ca_ptr, sa_ptr, rows, rows64, cols, L_OUT, O_PAD,
+                      stride_c, ROUNDING, QMAX, PM, BLOCK_L, BLOCK_O)  # fmt: skip
+        rb = _hq_rows(gb.to(tl.float32), cb_ptr, sb_ptr, rows, rows64, cols, L_OUT, O_PAD,
+                      stride_c, ROUNDING, QMAX, PM, BLOCK_L, BLOCK_O)  # fmt: skip
+        ta = tl.maximum(ta, ra)
+        tb = tl.maximum(tb, rb)
+    tl.store(ra_ptr + pid, ta)
+    tl.store(rb_ptr + pid, tb)
 
 
 #: widest row of FP8 codes (``abc_swiglu``) the backward kernel takes, in a masked
@@ -142,25 +160,36 @@ def hq_warps(O: int) -> int:
     return WARPS if triton.next_power_of_2(O) <= ONE_WALK else 32
 
 
+def raw_slots(rows: int, block_l: int = 1) -> int:
+    """How many programs (and raw max-abs slots) :func:`launch_swiglu_hq` takes for ``rows``
+    output rows: one per row block, at most ``hq_triton.MAX_RAW_SLOTS``."""
+    return min(triton.cdiv(rows, block_l), MAX_RAW_SLOTS)
+
+
 def launch_swiglu_hq(
     kernel, a, b, g, ga, gb, ca, sa, cb, sb, raw_a, raw_b, bits: int, rounding: str,
     block_l: int = 1, warps: int | None = None, a_scale=None, b_scale=None, values: bool = True,
 ) -> None:  # fmt: skip
     """Launch ``_swiglu_hq_kernel`` (or its ``wrap_triton``) over ``[L, O]`` rows into the
     given outputs: ``ga``/``gb`` like ``g``; codes ``[L_out, O]`` and scales ``[L_out]``
-    (``L_out >= L``: padded rows get zero codes and scales); ``raw_a``/``raw_b`` zeroed int32
-    words. All row-major with a unit column stride, ``a``/``b``/``g`` with one row stride.
+    (``L_out >= L``: padded rows get zero codes and scales); ``raw_a``/``raw_b`` int32 slots
+    for the gradients' raw max-abs bits, one per program: their length is the number of
+    programs (:func:`raw_slots`, each looping over row blocks). All row-major with a unit
+    column stride, ``a``/``b``/``g`` with one row stride.
     ``a_scale``/``b_scale`` (both or neither): float32 ``[L]``, ``a``/``b`` then FP8 codes.
     A row is one tile, masked to the next power of two; ``warps``: :func:`hq_warps`.
     ``values`` False: ``ga``/``gb`` are not written (any tensors of their dtype)."""
     L, O = a.shape
     l_out = ca.shape[0]
-    grid = (triton.cdiv(l_out, block_l),)
+    nrb = triton.cdiv(l_out, block_l)
+    if raw_a.numel() != raw_b.numel() or not 0 < raw_a.numel() <= nrb:
+        raise ValueError(f"{raw_a.numel()}/{raw_b.numel()} raw slots for {nrb} row blocks")
+    grid = (raw_a.numel(),)
     scaled = a_scale is not None
     kernel[grid](
         a, b, g, ga, gb, ca, cb, sa, sb, raw_a, raw_b,
         a_scale if scaled else sa, b_scale if scaled else sb,
-        L, O, l_out, O, a.stride(0), ca.stride(0),
+        L, O, l_out, O, a.stride(0), ca.stride(0), nrb,
         **code_constexprs(bits, rounding),
         BLOCK_L=block_l, BLOCK_O=triton.next_power_of_2(O), SCALED=scaled, VALUES=values,
         num_warps=warps or hq_warps(O),
@@ -462,21 +491,22 @@ def swiglu_abc(
 @triton.jit
 def _swiglu_gw_kernel(
     a_ptr, b_ptr, g_ptr, xa_ptr, xb_ptr, ra_ptr, rb_ptr, qa_ptr, qb_ptr, sa_ptr, sb_ptr,
-    T_PAD, S, S_PAD, D, R, numel, stride, stride_g,
+    T_PAD, S, S_PAD, D, R, numel, stride, stride_g, NPART,
     SCALED: tl.constexpr, ROUNDING: tl.constexpr, QMAX: tl.constexpr, PM: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP: tl.constexpr, RED: tl.constexpr,
 ):  # fmt: skip
     """The g_w path's per-tensor codes of g_a and g_b, K-major ``[D, R]`` in plain token rows
-    (each sample padded with zero rows to ``S_PAD``), with the scales from the max-abs words
-    ``ra_ptr``/``rb_ptr`` that ``_swiglu_hq_kernel`` took of the very same values: g_a and
-    g_b are recomputed here from ``a``, ``b`` (values, or ``SCALED`` FP8 codes with row
-    scales ``xa_ptr``/``xb_ptr``) and ``g`` with that kernel's float32 formulas and its one
-    rounding to ``g``'s dtype, tiles of ``[BLOCK_T, BLOCK_D]`` as ``_swiglu_abc_kernel``."""
+    (each sample padded with zero rows to ``S_PAD``), with the scales from the ``NPART``
+    max-abs slots ``ra_ptr``/``rb_ptr`` that ``_swiglu_hq_kernel`` took of the very same
+    values: g_a and g_b are recomputed here from ``a``, ``b`` (values, or ``SCALED`` FP8
+    codes with row scales ``xa_ptr``/``xb_ptr``) and ``g`` with that kernel's float32
+    formulas and its one rounding to ``g``'s dtype, tiles of ``[BLOCK_T, BLOCK_D]`` as
+    ``_swiglu_abc_kernel``."""
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     dm = d < D
     t0 = tl.program_id(0) * (BLOCK_T * LOOP)
-    scale_a = _tensor_scale(ra_ptr, sa_ptr, numel, False, QMAX)
-    scale_b = _tensor_scale(rb_ptr, sb_ptr, numel, False, QMAX)
+    scale_a = _partials_scale(ra_ptr, sa_ptr, NPART, numel, False, QMAX, RED)
+    scale_b = _partials_scale(rb_ptr, sb_ptr, NPART, numel, False, QMAX, RED)
     if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
         tl.store(sa_ptr, scale_a)
         tl.store(sb_ptr, scale_b)
@@ -530,7 +560,7 @@ def swiglu_gw(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """The g_w operands of a SwiGLU's two gradients, ``(qa, sa, qb, sb)``: what
     ``hla_triton.hla_quantize`` writes for g_a and for g_b ``[L, D]`` as ``samples``
-    sequences in plain rows, given their max-abs words ``raw_a``/``raw_b`` (the
+    sequences in plain rows, given their raw max-abs slots ``raw_a``/``raw_b`` (the
     ``_swiglu_hq_kernel`` outputs): codes K-major ``[D, R]`` (e4m3 for ``FP8_E4M3``, else
     int8) and float32 scales ``[1]``. One launch (:func:`supported_gw`); ``a``, ``b``: values
     like ``g``, or FP8 codes with float32 row scales ``a_scale``/``b_scale``.
@@ -550,7 +580,8 @@ def swiglu_gw(
     kernel[grid](
         a, b, g, a_scale if scaled else sa, b_scale if scaled else sb, raw_a, raw_b,
         qa, qb, sa, sb, R, S, s_pad, D, R, float(R * D), a.stride(0), g.stride(0),
-        SCALED=scaled, **code_constexprs(bits, rounding), BLOCK_T=block_t, BLOCK_D=block_d,
-        LOOP=loop, num_warps=warps,
+        raw_a.numel(), SCALED=scaled, **code_constexprs(bits, rounding), BLOCK_T=block_t,
+        BLOCK_D=block_d, LOOP=loop, RED=min(triton.next_power_of_2(raw_a.numel()), 1024),
+        num_warps=warps,
     )  # fmt: skip
     return qa, sa, qb, sb

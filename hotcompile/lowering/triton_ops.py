@@ -185,7 +185,7 @@ def swiglu_backward_hq(
     """The SwiGLU backward of ``silu(a) * b`` for the product's gradient ``g`` (all ``[L, O]``)
     and HQ's per-token codes of both gradients (``hotcompile.kernels.swiglu_triton``):
     ``g_a, g_b`` (``g``'s dtype), then for each of them what :func:`hq_quantize` returns with
-    ``raw_amax`` (codes ``[padded(L, pad_rows_to), O]``, scales, the raw max-abs word). One
+    ``raw_amax`` (codes ``[padded(L, pad_rows_to), O]``, scales, the raw max-abs slots). One
     launch. ``a_scale``/``b_scale``: ``a`` and ``b`` are FP8 codes with these float32 row
     scales (``HotConfig.abc_swiglu``). ``values`` False: ``g_a``, ``g_b`` are not written and
     come back ``[0, O]`` (:func:`swiglu_gw` makes their g_w codes)."""
@@ -200,8 +200,9 @@ def swiglu_backward_hq(
     cb = torch.empty((l_out, O), dtype=_code_dtype(fp8), device=a.device)
     sa = torch.empty((l_out,), dtype=torch.float32, device=a.device)
     sb = torch.empty((l_out,), dtype=torch.float32, device=a.device)
-    ra = torch.zeros((1,), dtype=torch.int32, device=a.device)
-    rb = torch.zeros((1,), dtype=torch.int32, device=a.device)
+    slots = swiglu_triton.raw_slots(l_out)  # the raw max-abs of g_a / g_b: a slot a program
+    ra = torch.empty((slots,), dtype=torch.int32, device=a.device)
+    rb = torch.empty((slots,), dtype=torch.int32, device=a.device)
     launch_swiglu_hq(
         wrap_triton(_swiglu_hq_kernel), a, b, g, ga, gb, ca, sa, cb, sb, ra, rb, bits, rounding,
         a_scale=a_scale, b_scale=b_scale, values=values,
@@ -224,7 +225,7 @@ def swiglu_gw(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The g_w operands (codes K-major ``[O, R]``, scale ``[1]``) of a SwiGLU's g_a and g_b
     ``[L, O]``, as :func:`hla_quantize` writes them for the plain rows of ``samples``
-    sequences with the max-abs words ``raw_a``/``raw_b`` of :func:`swiglu_backward_hq`,
+    sequences with the raw max-abs slots ``raw_a``/``raw_b`` of :func:`swiglu_backward_hq`,
     recomputed from that op's inputs (``hotcompile.kernels.swiglu_triton.swiglu_gw``)."""
     a, b, g = (t if t.is_contiguous() else t.contiguous() for t in (a, b, g))
     return swiglu_triton.swiglu_gw(
