@@ -140,20 +140,27 @@
 # off leaves its peak) | sleep20 8B as run 91 (run 93: lean 1.021x) | lanes fp8tests
 # LOWK="weight_codes or native or fp8 or gx" | newtests at 3b55639 (the weight codes' kernels
 # write the g_x GEMM's scale row: 7 + 13 + 7 + 12 passed).
-# Next: (0) fsdp2 FPROFILE=2 (bench_distributed now profiles every rank, 9604d9c): which
-# rank's host is late, and on what (rank 0's GPU idled 18-44 ms a step under HOT, 3 under
-# torchao with as many launches; its longest wait is before a pinned H2D copy, 8.5 ms a step,
-# torchao's 0.1: find that copy); count 3b55639's launches (the scale row: ~56 a step fewer);
-# (1) the 8B "both in one run": lean_noreuse 1.021-1.040x in four runs; try plans between it
-# and hot_fp8 (1.050-1.056x at 0.984x): hot_fp8_noreuse (run 87: 1.047x at 0.962x), abc_swiglu
-# without abc_recompute, with reuse off; time the 8B alone (sleepN after the other lane's
-# compiles, or one lane); (2) the zeroed max-abs words: one CSE'd zero word cloned for each
-# quantizer (~2 one-word copies a HOT layer; fp8_forward_h200_s37.md); (3) the
-# 0.67B Llama: hot_fp8 1.000x in run 92 beside another lane: re-time alone; the lean plan's
-# step (profile PVARIANTS=hot_fp8,hot_fp8_lean_noreuse); (4) the 8 lowering GPU tests not run
-# at 3b55639 (test_triton_codes_equal_the_reference, the gate's, padding, shared max-abs, ABC
-# once), test_gpu and test_kernels_hla_gpu: the `tests` part; (5) reuse off as
-# prefer="memory"'s default (no ViT run); ViT-L.
+# Session 38 (5 calls on nvidia-h200-x2, tools/results/fp8_forward_h200_s38.md): lanes tests
+# (46879d4: all four files passed, 28 lowering) | sleep30 8B torchao,hot_fp8_swiglu_noreuse,
+# hot_fp8_noreuse,hot_fp8_lean_noreuse (run 94: swiglu_noreuse 1.048x at 0.948x peak) | fsdp2
+# FPROFILE=2 FTRACE=1 (every rank's timeline: host speed differs ~1.7x between ranks; 104
+# one-element word clones a step in HOT's backward) | fsdp2 as before with FPIN=1 and
+# hot_fp8_forward_codes, hot_fp8_swiglu_noreuse (pinning does not even the ranks) | lanes
+# llama:torchao,hot_fp8,hot_fp8_swiglu_noreuse,hot_fp8_lean_noreuse (run 95: none meets both) |
+# sleep45 8B torchao,swiglu_noreuse,lean_noreuse (run 96: swiglu_noreuse 1.050x at 0.948x).
+# After the calls, not run on a GPU: 3aa0383, dd47159, d296246 (the HLA, HQ per-token and
+# SwiGLU backward kernels write their statistics / raw max-abs to a slot per program: no
+# zeroed word, no one-element clones on hot_fp8's backward).
+# Next: (0) the `tests` part at the final commit (test_lowering_gpu's new
+# test_quantizer_statistics_need_no_zeroed_word; the slot kernels in every GPU file), and
+# `weights`/`newtests`; (1) time the slot kernels: 8B and 0.67B benches (hot_fp8,
+# hot_fp8_swiglu_noreuse against torchao), the per-token HQ kernel's time with raw slots
+# (dd47159 caps it at 1024 looping programs) against before (bench_layers or a probe);
+# (2) fsdp2 FPROFILE=2 FTRACE=1: the launches a step (expect ~104 fewer in the backward);
+# (3) the remaining zeroed words (HQ per tensor, swiglu_abc, weight_operands) the same way if
+# (1) holds; (4) the 0.67B Llama: no plan meets both halves (hot_fp8 1.027x at 1.038x peak,
+# swiglu_noreuse 1.010x at 0.957x): what would make swiglu_noreuse 2% faster there;
+# (5) ViT-L (1.016x, s34).
 # peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
