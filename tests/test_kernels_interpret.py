@@ -478,38 +478,30 @@ AOT_HOPPER = textwrap.dedent("""
         kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                 options={"num_warps": ABC_WARPS})
         n += bool(kernel.asm["cubin"])
-    # HQ's weight codes from the fp32 parameter (the late codes, ROUND_BF16), both passes
+    # HLA's kernel, both passes: HQ's weight codes from the fp32 parameter (the late codes,
+    # ROUND_BF16), and the vision recipe's g_w operand (HLA rows of 4x4 patches, signs, INT4
+    # SAWB statistics in slots)
     from hotcompile.kernels.hla_triton import _hla_quant_kernel, quantizer_constexprs
     sig = {"x_ptr": "*fp32", "codes_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "amax_ptr": "*i32",
            "stats_ptr": "*fp32", "sign_ptr": "*fp32", "row_ptr": "*fp32", "G": "i32", "D": "i32",
            "R": "i32", "nb": "i32", "S": "i32", "H": "i32", "W": "i32", "NBW": "i32",
            "stride_n": "i64", "stride_s": "i32", "seed": "i32", "numel": "fp32",
            "NPB": "i32", "npart": "i32"}
-    for mode in (1, 2):
-        const = dict(MODE=mode, TRANS=True, PATCH=False, SIGNS=False, TRANSFORM=True,
-                     ROWS=sum(k << (5 * k) for k in range(16)), NR=16, RP=16, ROUND_BF16=True,
-                     SCALE_ROW=True, RED=1024,
-                     **quantizer_constexprs(8, "fp8_e4m3", False, 8, 64, 4))
-        warps = const.pop("num_warps")
-        src = ASTSource(fn=_hla_quant_kernel, constexprs=const,
-                        signature={**sig, **{k: "constexpr" for k in const}})
-        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": warps})
-        n += bool(kernel.asm["cubin"])
-    # the vision recipe's g_w operand: HLA rows of 4x4 patches, signs, INT4 SAWB statistics
-    # in slots (both passes)
-    sig["x_ptr"], sig["codes_ptr"] = "*bf16", "*i8"
-    for mode in (1, 2):
-        const = dict(MODE=mode, TRANS=True, PATCH=True, SIGNS=True, TRANSFORM=True,
-                     ROWS=sum(k << (5 * k) for k in range(8)), NR=8, RP=8, ROUND_BF16=False,
-                     SCALE_ROW=False, RED=512,
-                     **quantizer_constexprs(4, "nearest", True, 8, 64, 4))
-        warps = const.pop("num_warps")
-        src = ASTSource(fn=_hla_quant_kernel, constexprs=const,
-                        signature={**sig, **{k: "constexpr" for k in const}})
-        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": warps})
-        n += bool(kernel.asm["cubin"])
+    late = dict(PATCH=False, SIGNS=False, ROWS=sum(k << (5 * k) for k in range(16)), NR=16,
+                RP=16, ROUND_BF16=True, SCALE_ROW=True, RED=1024,
+                **quantizer_constexprs(8, "fp8_e4m3", False, 8, 64, 4))
+    vision = dict(PATCH=True, SIGNS=True, ROWS=sum(k << (5 * k) for k in range(8)), NR=8, RP=8,
+                  ROUND_BF16=False, SCALE_ROW=False, RED=512,
+                  **quantizer_constexprs(4, "nearest", True, 8, 64, 4))
+    for types, case in (({}, late), ({"x_ptr": "*bf16", "codes_ptr": "*i8"}, vision)):
+        for mode in (1, 2):
+            const = dict(MODE=mode, TRANS=True, TRANSFORM=True, **case)
+            warps = const.pop("num_warps")
+            src = ASTSource(fn=_hla_quant_kernel, constexprs=const,
+                            signature={**sig, **types, **{k: "constexpr" for k in const}})
+            kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                    options={"num_warps": warps})
+            n += bool(kernel.asm["cubin"])
     # HQ's per-token codes of a bf16 g_y with its raw max-abs in a slot per looping program
     from hotcompile.kernels.hq_triton import _config, _hq_quant_kernel
     block_l, bo, nchunk, warps = _config(4096, None, True)
