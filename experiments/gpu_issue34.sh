@@ -153,9 +153,9 @@
 # zeroed word, no one-element clones on hot_fp8's backward).
 # Next: (0) the `tests` part at the final commit (test_lowering_gpu's new
 # test_quantizer_statistics_need_no_zeroed_word; the slot kernels in every GPU file), and
-# `weights`/`newtests`; (1) time the slot kernels: 8B and 0.67B benches (hot_fp8,
-# hot_fp8_swiglu_noreuse against torchao), the per-token HQ kernel's time with raw slots
-# (dd47159 caps it at 1024 looping programs) against before (bench_layers or a probe);
+# `weights`/`newtests`; (1) time the slot kernels: the `slots` part (capped grids against a
+# slot per tile, the slots' reduction against one word), and 8B and 0.67B benches (hot_fp8,
+# hot_fp8_swiglu_noreuse against torchao);
 # (2) fsdp2 FPROFILE=2 FTRACE=1: the launches a step (expect ~104 fewer in the backward);
 # (3) the remaining zeroed words (HQ per tensor, swiglu_abc, weight_operands) the same way if
 # (1) holds; (4) the 0.67B Llama: no plan meets both halves (hot_fp8 1.027x at 1.038x peak,
@@ -163,6 +163,8 @@
 # (5) ViT-L (1.016x, s34).
 # peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
+# slots:   experiments/slot_kernels.py: session 38's slot kernels' cost (capped, looping grids;
+#          the slots' reduction) on the Llamas' shapes (~60 s).
 # swabc:   experiments/swiglu_abc.py, the lean backward's kernel against inductor's (~60 s).
 # .whl: torchao 0.17.0 (pip download --no-deps --python-version 3.12 --only-binary=:all:).
 # Several parts in one call: `bash experiments/gpu_issue34.sh newtests lean` (benches stop at
@@ -247,6 +249,10 @@ elif [ "$part" = probe ]; then
   # a one-off probe script PROBE (experiments/...), given its output folder, cut at PDEADLINE s
   mkdir -p $OUT/probe; timeout $(upto ${PDEADLINE:-120}) python3 $PROBE $OUT/probe \
     > $OUT/probe/log.txt 2>&1; echo "probe rc=$?"; tail -${PTAIL:-8} $OUT/probe/log.txt
+elif [ "$part" = slots ]; then
+  # session 38's slot kernels against their uncapped grids and a one-word max-abs (~60 s)
+  timeout $(upto ${WDEADLINE:-150}) python3 experiments/slot_kernels.py --out $OUT \
+    > $OUT/slots.log 2>&1; echo "slots rc=$?"; tail -22 $OUT/slots.log
 elif [ "$part" = placement ]; then
   # where the forward's weight codes go under each compiler, tagged and untagged (session 32)
   timeout $(upto ${WDEADLINE:-150}) python3 experiments/weight_codes_placement.py --prefer paper speed \
