@@ -143,3 +143,9 @@ def test_pin_cores_gives_each_rank_whole_physical_cores(tmp_path: pathlib.Path) 
     pinned = bd.markdown({"environment": {**env, "pinned_cpus": [0, 4]}, "results": []})
     assert "pinned to its own cores (rank 0: 2 CPUs)" in pinned
     assert "pinned" not in bd.markdown({"environment": env, "results": []})
+    # a trace needs profiled steps: said at once, not a run without one
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--profile-trace"], capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2 and "--profile N" in out.stderr, out.stderr[-2000:]

@@ -555,8 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--pin-cores",
         action="store_true",
         help="pin each local rank to its own slice of the physical cores (SMT siblings "
-        "together): a host-bound step is paced by the slowest rank's host, and unpinned "
-        "ranks ran at different speeds",
+        "together): a host-bound step is paced by the slowest rank's host; this rules core "
+        "sharing in or out (on 2 x H200 the ranks' hosts still ran at different speeds)",
     )
     p.add_argument("--hot-options", default="", help='JSON options, e.g. \'{"prefer": "paper"}\'')
     p.add_argument("--fp32-params", action="store_true", help="FSDP2 without bf16 parameters")
@@ -591,9 +591,10 @@ def pin_cores(local_rank: int, local_world: int) -> list[int] | None:
     """Pin this process (and the threads it starts after this) to its own share of the
     physical cores it may run on: local rank r of n takes the r-th of n equal slices, SMT
     siblings included, so no two ranks share a core. Why: under FSDP2 the step of a HOT plan
-    waits on the host, and unpinned, one rank's host ran ~1.5x slower than the other's in the
-    same run (session 38's timelines: 6.5 against 4.0 ms a block's backward), which paces
-    both. Returns the CPUs kept, or None (not pinned) when there are fewer cores than ranks."""
+    waits on the host, and one rank's host ran ~1.6x slower than the other's in the same run
+    (session 38's timelines: 6.5 against 4.0 ms a block's backward), which paces both. This
+    rules core sharing in or out; on 2 × H200 it did not even the ranks (session 38, call
+    3b). Returns the CPUs kept, or None (not pinned) when there are fewer cores than ranks."""
     cores = physical_cores(os.sched_getaffinity(0))
     if len(cores) < local_world:
         return None
@@ -628,6 +629,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         args.steps = min(args.steps, 4)
         args.warmup = min(args.warmup, 2)
         args.fp32_params = True
+    if args.profile_trace and not args.profile:
+        build_parser().error("--profile-trace writes the timelines of --profile N's steps")
     if args.pin_cores and hasattr(os, "sched_setaffinity"):
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
         args.pinned = pin_cores(int(os.environ.get("LOCAL_RANK", 0)), local_world)
