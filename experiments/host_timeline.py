@@ -25,7 +25,12 @@ import bisect
 import collections
 import gzip
 import json
+import pathlib
 import re
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+import bench_train  # noqa: E402 (tools/ is not a package)
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 HOST_CATS = {"cpu_op", "user_annotation", "python_function"}
@@ -39,18 +44,18 @@ def _short(name: str, n: int = 70) -> str:
 
 
 def kernel_class(name: str) -> str:
-    """A GPU event's class for the launch-cost table."""
-    if name.startswith("triton_"):
-        return "inductor's Triton kernels"
-    if name.startswith("_") and "kernel" in name:  # HOT's user-defined Triton kernels
+    """A GPU event's class for the launch-cost table: ``tools/bench_train.py``'s classes
+    (what its profile tables add up), with HOT's kernels by name and NCCL, copies and memsets
+    apart from the rest of "other"."""
+    cls = bench_train.kernel_class(name)
+    if cls == "HOT's Triton/CUDA kernels":
         return f"HOT: {re.sub(r'_[0-9]+$', '', name)}"
-    if "nvjet" in name or "gemm" in name.lower() or "sm90" in name:
-        return "GEMMs (cuBLAS)"
-    if "nccl" in name.lower():
-        return "NCCL"
-    if name.startswith(("Memcpy", "Memset")):
-        return name.split(" (")[0]
-    return "other ATen"
+    if cls.startswith("other"):
+        if "nccl" in name.lower():
+            return "NCCL"
+        if name.startswith(("Memcpy", "Memset")):
+            return name.split(" (")[0]
+    return cls
 
 
 def launch_costs(events: list[dict], steps: int) -> list[str]:

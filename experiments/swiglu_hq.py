@@ -35,7 +35,7 @@ import pathlib
 import torch
 import triton
 
-from hotcompile.kernels import swiglu_triton
+from hotcompile.kernels import hq_triton, swiglu_triton
 
 
 def swiglu_hq(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, block_l: int, warps: int):
@@ -54,7 +54,7 @@ def swiglu_hq(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, block_l: int, w
     sa = torch.empty((l_out,), dtype=torch.float32, device=dev)
     sb = torch.empty_like(sa)
     # a slot a program for each raw max-abs (since session 38), reduced here to one word each
-    slots = swiglu_triton.raw_slots(l_out, block_l)
+    slots = hq_triton.raw_slots(l_out, block_l)
     ra, rb = (torch.empty((slots,), dtype=torch.int32, device=dev) for _ in range(2))
     swiglu_triton.launch_swiglu_hq(
         swiglu_triton._swiglu_hq_kernel, a, b, g, ga, gb, ca, sa, cb, sb, ra, rb, 8,

@@ -231,15 +231,30 @@ def _kept(
 
 
 @triton.jit
-def _tensor_stats(t, amax_ptr, stats_ptr, SAWB: tl.constexpr):
-    """A tile's share of the per-tensor scale: its max-abs into ``amax_ptr`` (atomic max on
-    the float's bits: NaN propagates; padded slots and masked positions hold zeros, which never
-    raise it), with SAWB also Σt², Σ|t| into ``stats_ptr`` (atomic fp32 adds)."""
-    bits = tl.abs(t).to(tl.int32, bitcast=True)
-    tl.atomic_max(amax_ptr, tl.max(tl.max(tl.max(bits, axis=2), axis=1), axis=0))
+def _tile_stats(t, SAWB: tl.constexpr):
+    """A tile's max-abs bits (int32 of the float's bits: NaN orders above every number) and,
+    with SAWB, its Σt² and Σ|t| (zeros without)."""
+    top = tl.max(tl.max(tl.max(tl.abs(t).to(tl.int32, bitcast=True), axis=2), axis=1), axis=0)
     if SAWB:
-        tl.atomic_add(stats_ptr, tl.sum(tl.sum(tl.sum(t * t, axis=2), axis=1), axis=0))
-        tl.atomic_add(stats_ptr + 1, tl.sum(tl.sum(tl.sum(tl.abs(t), axis=2), axis=1), axis=0))
+        s2 = tl.sum(tl.sum(tl.sum(t * t, axis=2), axis=1), axis=0)
+        s1 = tl.sum(tl.sum(tl.sum(tl.abs(t), axis=2), axis=1), axis=0)
+    else:
+        s2 = 0.0
+        s1 = 0.0
+    return top, s2, s1
+
+
+@triton.jit
+def _tensor_stats(t, amax_ptr, stats_ptr, SAWB: tl.constexpr):
+    """A tile's share of the per-tensor scale (:func:`_tile_stats`) by atomics: its max-abs
+    into ``amax_ptr`` (atomic max on the float's bits: NaN propagates; padded slots and
+    masked positions hold zeros, which never raise it), with SAWB also Σt², Σ|t| into
+    ``stats_ptr`` (atomic fp32 adds)."""
+    top, s2, s1 = _tile_stats(t, SAWB)
+    tl.atomic_max(amax_ptr, top)
+    if SAWB:
+        tl.atomic_add(stats_ptr, s2)
+        tl.atomic_add(stats_ptr + 1, s1)
 
 
 @triton.jit
@@ -252,20 +267,6 @@ def _tensor_scale(amax_ptr, stats_ptr, numel, SAWB: tl.constexpr, QMAX: tl.const
     else:
         scale = amax * INV_Q
     return normal_scale(scale)
-
-
-@triton.jit
-def _tile_stats(t, SAWB: tl.constexpr):
-    """A tile's max-abs bits (int32 of the float's bits: NaN orders above every number) and,
-    with SAWB, its Σt² and Σ|t| (zeros without)."""
-    top = tl.max(tl.max(tl.max(tl.abs(t).to(tl.int32, bitcast=True), axis=2), axis=1), axis=0)
-    if SAWB:
-        s2 = tl.sum(tl.sum(tl.sum(t * t, axis=2), axis=1), axis=0)
-        s1 = tl.sum(tl.sum(tl.sum(tl.abs(t), axis=2), axis=1), axis=0)
-    else:
-        s2 = 0.0
-        s1 = 0.0
-    return top, s2, s1
 
 
 @triton.jit
@@ -518,6 +519,12 @@ def quantizer_constexprs(
     )
 
 
+def reduce_chunk(npart: int, cap: int = REDUCE_BLOCK) -> int:
+    """How many of ``npart`` statistics slots :func:`_partials_scale` loads at a time (its
+    ``RED``): all of them, to the next power of two, up to ``cap``."""
+    return min(triton.next_power_of_2(npart), cap)
+
+
 def launch_hla_quantize(
     kernel,
     x: torch.Tensor,
@@ -605,7 +612,7 @@ def launch_hla_quantize(
         RP=rp,
         ROUND_BF16=round_bf16 and x.dtype == torch.float32,
         SCALE_ROW=scale_row,
-        RED=min(triton.next_power_of_2(npart), reduce_block),
+        RED=reduce_chunk(npart, reduce_block),
         **quantizer_constexprs(bits, rounding, sawb, block_b, block_d, num_warps),
     )
     if not given:

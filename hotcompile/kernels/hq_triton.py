@@ -329,6 +329,14 @@ def hq_quantize_triton(
     return codes, scales
 
 
+def raw_slots(rows: int, block_l: int = 1, cap: int = MAX_RAW_SLOTS) -> int:
+    """Programs (one raw max-abs slot each) of a per-token launch that also takes g_y's raw
+    max-abs over ``rows`` output rows in blocks of ``block_l``: one per row block, at most
+    ``cap`` (the programs then loop over row blocks). Shared by this kernel and the SwiGLU
+    backward's (``swiglu_triton.launch_swiglu_hq``)."""
+    return min(triton.cdiv(rows, block_l), cap)
+
+
 def launch_hq_quantize(
     kernel,
     gy: torch.Tensor,
@@ -357,7 +365,8 @@ def launch_hq_quantize(
     block_l, bo, nchunk, warps = _config(o_pad, block_o, rounding == FP8_E4M3)
     nrb = triton.cdiv(l_out, block_l)
     per_token = words is None
-    grid = (min(nrb, max_raw_slots or MAX_RAW_SLOTS) if raw and per_token else nrb,)
+    slots = raw_slots(l_out, block_l, max_raw_slots or MAX_RAW_SLOTS)
+    grid = (slots if raw and per_token else nrb,)
     common = dict(
         **code_constexprs(bits, rounding),
         NCHUNK=nchunk,

@@ -43,14 +43,8 @@ import triton.language as tl
 
 from hotcompile.hadamard import padded
 from hotcompile.kernels import scratch
-from hotcompile.kernels.hla_triton import _partials_scale, _tensor_scale
-from hotcompile.kernels.hq_triton import (
-    MAX_RAW_SLOTS,
-    ONE_WALK,
-    _amax_bits,
-    _ht16,
-    _quant_store,
-)
+from hotcompile.kernels.hla_triton import _partials_scale, _tensor_scale, reduce_chunk
+from hotcompile.kernels.hq_triton import ONE_WALK, _amax_bits, _ht16, _quant_store
 from hotcompile.kernels.rounding import (
     FP8,
     ROUNDING_CODES,
@@ -160,12 +154,6 @@ def hq_warps(O: int) -> int:
     return WARPS if triton.next_power_of_2(O) <= ONE_WALK else 32
 
 
-def raw_slots(rows: int, block_l: int = 1) -> int:
-    """How many programs (and raw max-abs slots) :func:`launch_swiglu_hq` takes for ``rows``
-    output rows: one per row block, at most ``hq_triton.MAX_RAW_SLOTS``."""
-    return min(triton.cdiv(rows, block_l), MAX_RAW_SLOTS)
-
-
 def launch_swiglu_hq(
     kernel, a, b, g, ga, gb, ca, sa, cb, sb, raw_a, raw_b, bits: int, rounding: str,
     block_l: int = 1, warps: int | None = None, a_scale=None, b_scale=None, values: bool = True,
@@ -174,7 +162,7 @@ def launch_swiglu_hq(
     given outputs: ``ga``/``gb`` like ``g``; codes ``[L_out, O]`` and scales ``[L_out]``
     (``L_out >= L``: padded rows get zero codes and scales); ``raw_a``/``raw_b`` int32 slots
     for the gradients' raw max-abs bits, one per program: their length is the number of
-    programs (:func:`raw_slots`, each looping over row blocks). All row-major with a unit
+    programs (``hq_triton.raw_slots``, each looping over row blocks). All row-major with a unit
     column stride, ``a``/``b``/``g`` with one row stride.
     ``a_scale``/``b_scale`` (both or neither): float32 ``[L]``, ``a``/``b`` then FP8 codes.
     A row is one tile, masked to the next power of two; ``warps``: :func:`hq_warps`.
@@ -581,7 +569,7 @@ def swiglu_gw(
         a, b, g, a_scale if scaled else sa, b_scale if scaled else sb, raw_a, raw_b,
         qa, qb, sa, sb, R, S, s_pad, D, R, float(R * D), a.stride(0), g.stride(0),
         raw_a.numel(), SCALED=scaled, **code_constexprs(bits, rounding), BLOCK_T=block_t,
-        BLOCK_D=block_d, LOOP=loop, RED=min(triton.next_power_of_2(raw_a.numel()), 1024),
+        BLOCK_D=block_d, LOOP=loop, RED=reduce_chunk(raw_a.numel()),
         num_warps=warps,
     )  # fmt: skip
     return qa, sa, qb, sb

@@ -10,10 +10,11 @@ generated wrapper, like the kernels inductor writes itself. Nothing here runs Py
 
 Only traceable host code is allowed in the bodies: shapes, no ``.item()``, no RNG seeds drawn on
 the host (so no ``"stochastic"`` rounding: the native path takes ``nearest`` and
-``pseudo_stochastic``), no scratch pools: the HLA kernel's statistics go to a slot per program
-of a ``torch.empty`` buffer; the other per-tensor quantizers' atomics take a ``torch.zeros``
-word, which inductor, after CSE has made every such word one node, clones for each kernel
-that writes it (a one-element launch each).
+``pseudo_stochastic``), no scratch pools: the HLA kernel's statistics and the raw max-abs of
+HQ's per-token and the SwiGLU backward's kernels go to a slot per program of a ``torch.empty``
+buffer; the other quantizers' atomics (HQ per tensor, ``swiglu_abc``, ``weight_operands``)
+take a ``torch.zeros`` word, which inductor, after CSE has made every such word one node,
+clones for each kernel that writes it (a one-element launch each).
 
 Importing this module needs Triton; ``hotcompile.lowering.available()`` says whether it can.
 """
@@ -26,7 +27,7 @@ from torch.library import triton_op, wrap_triton
 from hotcompile.hadamard import padded
 from hotcompile.kernels import swiglu_triton
 from hotcompile.kernels.hla_triton import _hla_quant_kernel, launch_hla_quantize
-from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize
+from hotcompile.kernels.hq_triton import _hq_quant_kernel, launch_hq_quantize, raw_slots
 from hotcompile.kernels.swiglu_triton import (
     _swiglu_abc_kernel,
     _swiglu_codes_kernel,
@@ -200,7 +201,7 @@ def swiglu_backward_hq(
     cb = torch.empty((l_out, O), dtype=_code_dtype(fp8), device=a.device)
     sa = torch.empty((l_out,), dtype=torch.float32, device=a.device)
     sb = torch.empty((l_out,), dtype=torch.float32, device=a.device)
-    slots = swiglu_triton.raw_slots(l_out)  # the raw max-abs of g_a / g_b: a slot a program
+    slots = raw_slots(l_out)  # the raw max-abs of g_a / g_b: a slot a program
     ra = torch.empty((slots,), dtype=torch.int32, device=a.device)
     rb = torch.empty((slots,), dtype=torch.int32, device=a.device)
     launch_swiglu_hq(
