@@ -643,3 +643,105 @@ def test_interpreted_hla_statistics_in_slots_reduce_as_one(tmp_path):
     to the codes of its own statistics; so does the SwiGLU backward's kernel, whose slots
     ``swiglu_gw`` reduces."""
     _all_of_them(_run_script(tmp_path / "partials.py", PARTIALS, interpret=True))
+
+
+MUTATIONS = textwrap.dedent("""
+    import torch
+    import triton
+    from torch._higher_order_ops import triton_kernel_wrap as tkw
+    from triton.backends.compiler import GPUTarget
+
+    from hotcompile.lowering import triton_ops as T
+
+    class Hopper:  # the TTIR of an H100's compile without one: the analysis needs a target
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+        def get_current_device(self):
+            return 0
+
+        def get_active_torch_device(self):
+            return torch.device("cpu")
+
+    triton.runtime.driver.set_active(Hopper())
+
+    def written(kernel, kwargs):
+        # torch's analysis of which tensors a launch writes (its fallback when the TTIR
+        # defeats it: every tensor, which fails here as it would clone them all under inductor)
+        if hasattr(tkw, "identify_mutated_tensors"):  # torch 2.11, 2.12
+            return tkw.identify_mutated_tensors(kernel, kwargs, {})
+        acc = tkw.identify_accessed_tensors(kernel, kwargs, {})  # torch 2.13 on
+        return [d.name for d in acc.read_writes.writes if torch.is_tensor(kwargs.get(d.name))]
+
+    launches = []
+
+    class Record:  # stands in for wrap_triton: what each op body launches, with its arguments
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append((self.kernel, {**dict(zip(self.kernel.arg_names, args)), **kwargs}))
+            return launch
+
+    T.wrap_triton = Record
+    f8, i32 = torch.float8_e4m3fn, torch.int32
+
+    def r(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape).to(dtype)
+
+    L, O = 64, 96
+    cases = {
+        "hq per token, raw slots": (T.hq_quantize, (r(L, O), 8, True, "fp8_e4m3", True, 16, True)),
+        "hq per tensor": (T.hq_quantize, (r(L, O), 4, False, "nearest", True, 16, True)),
+        "hla weight codes, fp32": (T.hla_quantize, (
+            r(1, 128, 64, dtype=torch.float32), 0, list(range(16)), 8, "fp8_e4m3", False,
+            False, None, None, True, True)),
+        "hla LP_L1, signs": (T.hla_quantize, (
+            r(2, 48, 32), 0, [0, 2, 3, 8], 8, "nearest", False, True, torch.ones(2, 48, 1))),
+        "hla patches, SAWB": (T.hla_quantize, (
+            r(2, 49, 32), 7, [0, 2, 3, 8], 4, "nearest", True, True)),
+        "hla given max-abs": (T.hla_quantize, (
+            r(2, 48, 32), 0, [], 8, "fp8_e4m3", False, False, None, torch.zeros(7, dtype=i32))),
+        "swiglu_abc": (T.swiglu_abc, (
+            r(L, O, dtype=f8), torch.rand(L), r(L, O, dtype=f8), torch.rand(L), 2, 8, "fp8_e4m3",
+            torch.bfloat16)),
+        "weight_operands": (T.weight_operands, (
+            r(96, 64, dtype=torch.float32), 8, "fp8_e4m3", False, False, True)),
+        "swiglu_backward_hq": (T.swiglu_backward_hq, (
+            r(L, O), r(L, O), r(L, O), 8, "fp8_e4m3", True, 16)),
+        "swiglu_backward_hq of codes": (T.swiglu_backward_hq, (
+            r(L, O, dtype=f8), r(L, O, dtype=f8), r(L, O), 8, "fp8_e4m3", True, 16,
+            torch.rand(L), torch.rand(L), False)),
+        "swiglu_gw": (T.swiglu_gw, (
+            r(L, O), r(L, O), r(L, O), torch.zeros(5, dtype=i32), torch.zeros(5, dtype=i32), 2, 8,
+            "fp8_e4m3")),
+        "swiglu_codes": (T.swiglu_codes, (r(L, O), r(L, O), "fp8")),
+    }
+    n = ok = 0
+    for name, (op, args) in cases.items():
+        launches.clear()
+        op._init_fn(*args)
+        inputs = {a.untyped_storage().data_ptr() for a in args if torch.is_tensor(a)}
+        assert launches, name
+        for kernel, kwargs in launches:
+            w = written(kernel, kwargs)
+            hit = [k for k in w if kwargs[k].untyped_storage().data_ptr() in inputs]
+            n += 1
+            ok += bool(w) and not hit
+            print(name, kwargs.get("MODE", ""), "writes", w, f"INPUTS: {hit}" if hit else "")
+    print(f"{ok}/{n}")
+""")
+
+
+def test_fused_ops_write_only_their_own_buffers(tmp_path):
+    """Every ``triton_op`` of ``hotcompile.lowering.triton_ops`` writes only buffers it
+    allocates, by torch's own TTIR analysis (the one inductor runs when it traces a launch).
+    A kernel the analysis counts as writing an input makes inductor clone that input for it
+    (with host-computed strides that need not match the clone) and, for a weight, fails the
+    compile ("a leaf Variable that requires grad is being used in an in-place operation"):
+    session 39's GPU run of the slot kernels, where the HLA codes pass stored at indices a
+    call returned with the tile it loaded from x. Not under the interpreter: the analysis
+    reads the TTIR of the sm_90 compile."""
+    out = _run_script(tmp_path / "mutations.py", MUTATIONS, interpret=False)
+    _all_of_them(out)

@@ -327,20 +327,29 @@ def _tensor_codes(
 
 
 @triton.jit
+def _tile_index(pid_b, pid_d, G, D, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Tile ``(pid_b, pid_d)``'s HLA blocks and channels with their masks. Computed by the
+    kernel, not by :func:`_hla_tile`: ``torch.library.triton_op``'s mutation analysis walks
+    back from each store's address through the TTIR, and counts every pointer a function
+    call takes as the source of everything it returns — codes stored at indices returned
+    with the tile would mark x (a weight: "a leaf Variable … in-place"; an activation:
+    cloned) as written (session 39, ``tests/test_kernels_interpret.py``'s mutation check)."""
+    g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    return g, g < G, d, d < D
+
+
+@triton.jit
 def _hla_tile(
-    x_ptr, sign_ptr, pid_b, pid_d, G, D, nb, S, H, W, NBW, stride_n, stride_s,
+    x_ptr, sign_ptr, g, gmask, d, dmask, nb, S, H, W, NBW, stride_n, stride_s,
     PATCH: tl.constexpr, SIGNS: tl.constexpr, TRANSFORM: tl.constexpr, ROWS: tl.constexpr,
     RP: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, ROUND_BF16: tl.constexpr,
 ):  # fmt: skip
-    """Tile ``(pid_b, pid_d)``'s kept coefficients ``[BLOCK_B, BLOCK_D, RP]`` (16 coalesced
-    row loads, the butterfly in registers), with its block and channel indices and masks."""
-    g = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    gmask = g < G
+    """The kept coefficients ``[BLOCK_B, BLOCK_D, RP]`` of blocks ``g`` × channels ``d``
+    (:func:`_tile_index`): 16 coalesced row loads, the butterfly in registers."""
     n = g // nb
     bidx = g % nb
     base = n.to(tl.int64) * stride_n
-    d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    dmask = d < D
     a = (x_ptr, base, bidx, gmask, d, dmask, stride_s, S, H, W, NBW, sign_ptr, n)
     y0 = _load_pos(*a, 0, PATCH, SIGNS, ROUND_BF16)
     y1 = _load_pos(*a, 1, PATCH, SIGNS, ROUND_BF16)
@@ -365,8 +374,7 @@ def _hla_tile(
             y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15
         )
     t = _kept(y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, ROWS, RP)
-    t = tl.reshape(t, [BLOCK_B, BLOCK_D, RP])
-    return t, g, gmask, d, dmask
+    return tl.reshape(t, [BLOCK_B, BLOCK_D, RP])
 
 
 @triton.jit
@@ -394,14 +402,15 @@ def _hla_quant_kernel(
     (:func:`_tensor_codes`)."""
     pid_b = tl.program_id(0)
     pid_d = tl.program_id(1)
-    geo = (G, D, nb, S, H, W, NBW, stride_n, stride_s)
+    geo = (nb, S, H, W, NBW, stride_n, stride_s)
     if MODE == 1:
         top = tl.zeros([], dtype=tl.int32)
         s2 = tl.zeros([], dtype=tl.float32)
         s1 = tl.zeros([], dtype=tl.float32)
         for b in range(pid_b, NPB, tl.num_programs(0)):
-            t, g, gmask, d, dmask = _hla_tile(
-                x_ptr, sign_ptr, b, pid_d, *geo,
+            g, gmask, d, dmask = _tile_index(b, pid_d, G, D, BLOCK_B, BLOCK_D)
+            t = _hla_tile(
+                x_ptr, sign_ptr, g, gmask, d, dmask, *geo,
                 PATCH, SIGNS, TRANSFORM, ROWS, RP, BLOCK_B, BLOCK_D, ROUND_BF16,
             )  # fmt: skip
             t_top, t_s2, t_s1 = _tile_stats(t, SAWB)
@@ -414,8 +423,9 @@ def _hla_quant_kernel(
             tl.store(stats_ptr + slot, s2)
             tl.store(stats_ptr + npart + slot, s1)
     else:
-        t, g, gmask, d, dmask = _hla_tile(
-            x_ptr, sign_ptr, pid_b, pid_d, *geo,
+        g, gmask, d, dmask = _tile_index(pid_b, pid_d, G, D, BLOCK_B, BLOCK_D)
+        t = _hla_tile(
+            x_ptr, sign_ptr, g, gmask, d, dmask, *geo,
             PATCH, SIGNS, TRANSFORM, ROWS, RP, BLOCK_B, BLOCK_D, ROUND_BF16,
         )  # fmt: skip
         scale = _partials_scale(amax_ptr, stats_ptr, npart, numel, SAWB, QMAX, RED)
