@@ -603,9 +603,12 @@ def launch_hla_quantize(
         npart, stats = amax.numel(), scale  # no SAWB here
     else:
         npart = nb1 * nd
-        parts = torch.empty((npart * (3 if sawb else 1),), dtype=torch.int32, device=x.device)
-        amax = parts[:npart]
-        stats = parts[npart:].view(torch.float32) if sawb else scale  # SAWB's Σt², Σ|t|
+        # a buffer of its own for each, not views of one: inductor clones every written view
+        # of a base that two arguments of one launch alias (session 39: SAWB's slots cloned)
+        amax = torch.empty((npart,), dtype=torch.int32, device=x.device)
+        stats = (  # SAWB's Σt², Σ|t|
+            torch.empty((2 * npart,), dtype=torch.float32, device=x.device) if sawb else scale
+        )
     sp = signs if signs is not None else scale  # any pointer when SIGNS is off
     row = torch.empty((1, D), dtype=torch.float32, device=x.device) if scale_row else scale
     args = (
