@@ -29,15 +29,16 @@ if ls .whl/caches.txz.* >/dev/null 2>&1; then cat .whl/caches.txz.* | tar xJf - 
 # carried files' access times are set to 2000, so that on a relatime mount the first read
 # updates them, and save_caches can keep what this call used when all would not fit
 touch /tmp/cache_marker
-if [ -d /tmp/inductor_cache ]; then
-  find /tmp/inductor_cache -type f -exec touch -a -d 2000-01-01 {} + 2>/dev/null
-fi
+for d in /tmp/inductor_cache /tmp/triton_cache; do
+  [ -d $d ] && find $d -type f -exec touch -a -d 2000-01-01 {} + 2>/dev/null
+done
 pack() {  # tar + xz of the given paths under / into /tmp/caches.txz; prints its size
   tar cf - -C / "$@" 2>/dev/null | xz -T0 -6 > /tmp/caches.txz; stat -c %s /tmp/caches.txz
 }
 save_caches() {  # $1: where; xz parts of 15 MB (a returned file's limit is 16 MiB), at most
   # ~45 MB in all (the carry's limit is 64 MiB with the tree and the wheels): past it, only
-  # the inductor files this call read or wrote; past it still, none of inductor's
+  # the inductor files this call read or wrote; past it still, none of inductor's, then only
+  # the Triton kernels this call read or wrote, then the gate's cache alone
   local size=$(pack tmp/hc tmp/triton_cache tmp/inductor_cache)
   if [ $size -gt 45000000 ]; then
     echo "caches with inductor's: $size bytes: inductor's used ones only"
@@ -47,6 +48,16 @@ save_caches() {  # $1: where; xz parts of 15 MB (a returned file's limit is 16 M
   if [ $size -gt 45000000 ]; then
     echo "caches with inductor's used ones: $size bytes: leaving inductor's out"
     size=$(pack tmp/hc tmp/triton_cache)
+  fi
+  if [ $size -gt 45000000 ]; then  # session 39: Triton's cache alone grew to 55 MB of xz
+    echo "caches with all of Triton's: $size bytes: Triton's kernels this call used only"
+    (cd / && find tmp/triton_cache -type f -anewer /tmp/cache_marker -printf '%h\n' 2>/dev/null \
+      | sort -u) > /tmp/used.txt
+    size=$(pack tmp/hc -T /tmp/used.txt)
+  fi
+  if [ $size -gt 45000000 ]; then  # the carry must fit, warm or not
+    echo "caches with Triton's used kernels: $size bytes: the gate's cache only"
+    size=$(pack tmp/hc)
   fi
   split -b 15000000 /tmp/caches.txz $1/caches.txz.
   echo "caches: $(stat -c %s /tmp/caches.txz) bytes in $(ls $1/caches.txz.* | wc -l) part(s)"
