@@ -151,16 +151,19 @@
 # After the calls, not run on a GPU: 3aa0383, dd47159, d296246 (the HLA, HQ per-token and
 # SwiGLU backward kernels write their statistics / raw max-abs to a slot per program: no
 # zeroed word, no one-element clones on hot_fp8's backward).
-# Next: (0) the `tests` part at the final commit (test_lowering_gpu's new
-# test_quantizer_statistics_need_no_zeroed_word; the slot kernels in every GPU file), and
-# `weights`/`newtests`; (1) time the slot kernels: the `slots` part (capped grids against a
-# slot per tile, the slots' reduction against one word), and 8B and 0.67B benches (hot_fp8,
-# hot_fp8_swiglu_noreuse against torchao);
-# (2) fsdp2 FPROFILE=2 FTRACE=1: the launches a step (expect ~104 fewer in the backward);
-# (3) the remaining zeroed words (HQ per tensor, swiglu_abc, weight_operands) the same way if
-# (1) holds; (4) the 0.67B Llama: no plan meets both halves (hot_fp8 1.027x at 1.038x peak,
-# swiglu_noreuse 1.010x at 0.957x): what would make swiglu_noreuse 2% faster there;
-# (5) ViT-L (1.016x, s34).
+# Session 39 (4 calls on nvidia-h200-x2, tools/results/fp8_forward_h200_s39.md): lanes tests |
+# slots + 8B (0120689: the slot kernels failed 21 GPU tests and hot_fp8 did not compile, torch's
+# mutation analysis having taken x as written; fixed by 04f5039) | lanes tests | 8B (04f5039:
+# SAWB's slot views cloned, fixed by 88b064c; run 97: swiglu_noreuse 1.044x at 0.948x) | a call
+# refused (the carry passed 64 MiB with Triton's cache; save_caches keeps the used kernels now)
+# | fp8tests LOWK=... then fsdp2 FPROFILE=2 FTRACE=1 (backward 638 launches, was 757; step 0.94x
+# torchao's) | lanes tests | Llama inductor,hot,hot_fp8,torchao (0526f87: all five files pass;
+# run 98: default 1.09x, hot_fp8 1.020x torchao at 1.038x peak).
+# Next: (1) the 0.67B Llama: no plan meets both halves (hot_fp8 1.00-1.04x at 1.038x peak;
+# swiglu_noreuse 1.010x at 0.957x); (2) FSDP2's step: HOT's ~164 HLA launches a backward
+# (two passes a weight's codes) cost ~70 us of host each; a one-launch per-tensor quantizer
+# would halve the weight codes' launches; (3) ViT-L (1.016x, s34); (4) the remaining zeroed
+# words (HQ per tensor, swiglu_abc, weight_operands) if a plan that uses them matters.
 # peakmoment: experiments/peak_moment.py: the tensors alive at each variant's peak (~200 s).
 # floor:   experiments/peak_floor.py: the lowest peak any backend can reach on the two Llamas (~60 s).
 # slots:   experiments/slot_kernels.py: session 38's slot kernels' cost (capped, looping grids;
