@@ -154,11 +154,11 @@
 # Session 39 (4 calls on nvidia-h200-x2, tools/results/fp8_forward_h200_s39.md): lanes tests |
 # slots + 8B (0120689: the slot kernels failed 21 GPU tests and hot_fp8 did not compile, torch's
 # mutation analysis having taken x as written; fixed by 04f5039) | lanes tests | 8B (04f5039:
-# SAWB's slot views cloned, fixed by 88b064c; run 97: swiglu_noreuse 1.044x at 0.948x) | a call
+# SAWB's slot views cloned, fixed by 88b064c; run 97: swiglu_noreuse 1.043x at 0.949x) | a call
 # refused (the carry passed 64 MiB with Triton's cache; save_caches keeps the used kernels now)
 # | fp8tests LOWK=... then fsdp2 FPROFILE=2 FTRACE=1 (backward 638 launches, was 757; step 0.94x
 # torchao's) | lanes tests | Llama inductor,hot,hot_fp8,torchao (0526f87: all five files pass;
-# run 98: default 1.09x, hot_fp8 1.020x torchao at 1.038x peak).
+# run 98: default 1.09x, hot_fp8 1.019x torchao at 1.038x peak).
 # Next: (1) the 0.67B Llama: no plan meets both halves (hot_fp8 1.00-1.04x at 1.038x peak;
 # swiglu_noreuse 1.010x at 0.957x); (2) FSDP2's step: HOT's ~164 HLA launches a backward
 # (two passes a weight's codes) cost ~70 us of host each; a one-launch per-tensor quantizer
