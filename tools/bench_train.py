@@ -1208,16 +1208,8 @@ def _targets(
     out["step_ratio"] = ratio
     need = step_ratio_target(model, variant) if base else None
     if ratio is not None and need is not None:
-        need_ms = base["step_ms"] / need
-        out["step_ratio_target"] = _target(
-            f">= {need:.2f}x",
-            ratio,
-            ratio >= need,
-            f"{ratio - need:+.2f}x",
-            None
-            if ratio >= need
-            else f"{ratio:.2f}x vs >= {need:.2f}x: {variant} needs <= {need_ms:.1f} ms per "
-            f"step, takes {hot['step_ms']:.1f} ms ({hot['step_ms'] - need_ms:.1f} ms too slow)",
+        out["step_ratio_target"] = _speed_target(
+            variant, hot["step_ms"], base["step_ms"], baseline_of(variant), need, ".2f", ""
         )
     peak_ok = bool(base.get("peak_bytes")) and bool(hot.get("peak_bytes"))
     peak = hot["peak_bytes"] / base["peak_bytes"] if peak_ok else None
@@ -1239,18 +1231,10 @@ def _targets(
                 f"{c:.1f}-{d:.1f} ms): rerun with --isolate --repeat 2",
             )  # fmt: skip
         elif ok:
-            need_ms = torchao["step_ms"] / need
-            out["faster_than_torchao_target"] = _target(
-                f">= {need:.2f}x {torchao_name}",
-                vs,
-                vs >= need,
-                f"{vs - need:+.3f}x",
-                None
-                if vs >= need
-                else f"{variant} {hot['step_ms']:.1f} ms vs {torchao_name} "
-                f"{torchao['step_ms']:.1f} ms per step: {vs:.3f}x, needs <= {need_ms:.1f} ms "
-                f"({hot['step_ms'] - need_ms:.1f} ms too slow)",
-            )
+            out["faster_than_torchao_target"] = _speed_target(
+                variant, hot["step_ms"], torchao["step_ms"], torchao_name, need, ".3f",
+                f" {torchao_name}",
+            )  # fmt: skip
         else:
             why = (torchao or {}).get("skipped") or (torchao or {}).get("error") or "not run"
             out["faster_than_torchao_target"] = _target(
@@ -1272,6 +1256,24 @@ def _targets(
     else:
         out["saved_act_ratio"] = None
     return out
+
+
+def _speed_target(
+    variant: str, ms: float, ref_ms: float, ref: str, need: float, spec: str, label: str
+) -> dict[str, Any]:
+    """A speed target: ``ref``'s step ``ref_ms`` over the variant's ``ms`` at least ``need``
+    (``label`` after the target's ``>= need x``; ratios to ``spec``)."""
+    ratio, need_ms = ref_ms / ms, ref_ms / need
+    return _target(
+        f">= {need:.2f}x{label}",
+        ratio,
+        ratio >= need,
+        f"{ratio - need:+{spec}}x",
+        None
+        if ratio >= need
+        else f"{variant} {ms:.1f} ms vs {ref} {ref_ms:.1f} ms per step: {ratio:{spec}}x vs >= "
+        f"{need:.2f}x, needs <= {need_ms:.1f} ms ({ms - need_ms:.1f} ms too slow)",
+    )
 
 
 def _peak_target(peak: float | None, ref: float | None, most: float, whose: str) -> dict[str, Any]:
