@@ -103,6 +103,9 @@ def test_a_peak_that_includes_an_earlier_variants_memory_says_so() -> None:
     inductor_row, torchao_row = (ln for ln in clean.splitlines() if ln.startswith("| llama"))
     assert "11.45 GiB |" in inductor_row and "held" not in inductor_row
     assert "11.45 GiB (incl. 2.49 held at start)" in torchao_row
+    # against torchao float8 (issue 34's FSDP2 target): its step / ours, our peak / its, each
+    # peak less what was held at start (torchao's own 8.96 GiB here)
+    assert "| 1.000x, peak 1.278x |" in inductor_row and "| - |" in torchao_row
     assert "Profiled steps" not in clean  # no --profile: no table of it
     prof = {"wall_ms": 85.8, "gpu_busy_ms": 77.1, "gpu_busy_fraction": 0.899, "idle_ms": 8.1,
             "host_wait_ms": 5.1}  # fmt: skip
