@@ -718,10 +718,16 @@ MUTATIONS = textwrap.dedent("""
             "fp8_e4m3")),
         "swiglu_codes": (T.swiglu_codes, (r(L, O), r(L, O), "fp8")),
     }
+    # every fused op and every kernel they launch is among the cases (a new one must be added)
+    ops = {v for v in vars(T).values() if hasattr(v, "_init_fn") and hasattr(v, "_opoverload")}
+    assert ops == {op for op, _ in cases.values()}, ops - {op for op, _ in cases.values()}
+    kernels = {v for k, v in vars(T).items() if k.endswith("_kernel") and hasattr(v, "arg_names")}
+    seen = set()
     n = ok = 0
     for name, (op, args) in cases.items():
         launches.clear()
         op._init_fn(*args)
+        seen |= {kernel for kernel, _ in launches}
         inputs = {a.untyped_storage().data_ptr() for a in args if torch.is_tensor(a)}
         assert launches, name
         for kernel, kwargs in launches:
@@ -730,6 +736,7 @@ MUTATIONS = textwrap.dedent("""
             n += 1
             ok += bool(w) and not hit
             print(name, kwargs.get("MODE", ""), "writes", w, f"INPUTS: {hit}" if hit else "")
+    assert seen == kernels, sorted(k.__name__ for k in kernels - seen)
     print(f"{ok}/{n}")
 """)
 
