@@ -326,6 +326,28 @@ def test_merge_combines_split_runs(
     assert "Merged from 2 runs" in md and "| gpt2 | hot | " in md
 
 
+def test_merge_judges_committed_runs_again(tmp_path: pathlib.Path) -> None:
+    """``--merge`` reads every committed run, also those with variants retired since (known
+    by name: HOT with options this version does not know, judged at 0.98x) and from before
+    the results named their profiled steps, and judges them by today's targets: run 97 (the
+    8B widths without inductor) judges forward="fp8" against torchao alone."""
+    runs = bench.RESULTS / "bench_train_runs"
+    retired = runs / "run81_90b0f45_vitl_static_launch_h200.json"
+    res = bench.main(["--merge", str(retired), "--out", str(tmp_path / "a")])
+    t = res["models"][0]["targets"]["hot_fp8_triton_launch"]
+    assert bench.target_kind("hot_fp8_triton_launch") == "other"
+    assert t["step_ratio_target"]["target"] == ">= 0.98x"
+    bench.main(["--merge", str(runs / "run1_3cb0e9a.json"), "--out", str(tmp_path / "b")])
+    res = bench.main(
+        ["--merge", str(runs / "run97_04f5039_llama8b_h200.json"), "--out", str(tmp_path / "c")]
+    )
+    t = res["models"][0]["targets"]["hot_fp8_swiglu_noreuse"]
+    assert t["step_ratio"] is None and "step_ratio_target" not in t
+    assert t["faster_than_torchao_target"]["met"] is True and t["peak_target"]["met"] is True
+    md = (tmp_path / "c" / "bench_train.md").read_text()
+    assert "| llama8b | hot_fp8_swiglu_noreuse | n/a: inductor not run | 1.043x" in md
+
+
 @pytest.mark.slow
 def test_repeat_alternates_the_order_and_pools_the_steps(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]

@@ -119,7 +119,7 @@ def target_kind(variant: str) -> str:
     aside): ``"default"`` (no options), ``"fp8"`` (``forward="fp8"``), ``"fp8_memory"``
     (that and ``prefer="memory"``), ``"memory"`` (``prefer="memory"``, no target) or
     ``"other"``."""
-    opts = {k: v for k, v in (VARIANTS[variant] or {}).items() if k != "mode"}
+    opts = {k: v for k, v in (_options(variant) or {}).items() if k != "mode"}
     fp8, memory = opts.get("forward") == "fp8", opts.get("prefer") == "memory"
     if fp8:
         return "fp8_memory" if memory else "fp8"
@@ -364,15 +364,30 @@ TORCHAO_VARIANTS = (
 TORCHAO_RECIPES = {"torchao_float8_rowwise": "rowwise"}
 
 
+def _options(variant: str) -> dict[str, Any] | None:
+    """A variant's HOT options (None: not a HOT variant). A variant since retired from
+    :data:`VARIANTS` but still in committed runs (``--merge`` reads them) is known by its name:
+    ``hot…`` is HOT with options this version does not know, ``…_cg`` uses CUDA graphs."""
+    if variant in VARIANTS:
+        return VARIANTS[variant]
+    if not variant.startswith("hot"):
+        return None
+    return {"mode": "reduce-overhead"} if variant.endswith("_cg") else {"retired": True}
+
+
 def is_hot(variant: str) -> bool:
-    return VARIANTS[variant] is not None
+    return _options(variant) is not None
 
 
 def uses_cudagraphs(variant: str) -> bool:
     """Whether the variant compiles with ``mode="reduce-overhead"`` (CUDA graphs): its
     training loop must then mark each step's beginning."""
-    opts = VARIANTS[variant]
-    mode = PLAIN_MODES.get(variant) if opts is None else opts.get("mode")
+    opts = _options(variant)
+    if opts is None:
+        retired_cg = variant not in VARIANTS and variant.endswith("_cg")
+        mode = PLAIN_MODES.get(variant, "reduce-overhead" if retired_cg else None)
+    else:
+        mode = opts.get("mode")
     return mode == "reduce-overhead"
 
 
@@ -1403,7 +1418,7 @@ def markdown(res: dict[str, Any]) -> str:
             else ""
         )
         + (", each variant run in a fresh Python process (--isolate)" if res.get("isolate") else "")
-        + f", {res['profile_steps']} profiled steps; bf16 autocast; AdamW (fused where "
+        + f", {res.get('profile_steps', 0)} profiled steps; bf16 autocast; AdamW (fused where "
         f"available); total {res.get('total_s', 0):.0f} s. Command: `{res['command']}`",
     ]
     if res["compiler"] != "inductor":
