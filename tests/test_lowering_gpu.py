@@ -240,10 +240,10 @@ def test_fp8_gx_native_equals_reference_and_beats_int4(gw_format: str) -> None:
 
 def test_shared_gy_amax_gives_the_weight_gradient_of_its_own_pass() -> None:
     """The text recipe's g_w codes of g_y (plain rows, FP8, one scale per tensor) take g_y's
-    max-abs from HQ's kernel, which reads the same g_y: the slots' largest is g_y's max-abs, and the
-    weight gradient is bit for bit the one whose codes take their own max-abs pass — and the
-    CPU formulation's (the reference's arithmetic) to the FP8 GEMM's accumulation. S = 300 pads
-    each sample's rows to 16s."""
+    max-abs from HQ's kernel, which reads the same g_y: the largest of its slots is g_y's
+    max-abs, and the weight gradient is bit for bit the one whose codes take their own max-abs
+    pass — and the CPU formulation's (the reference's arithmetic) to the FP8 GEMM's
+    accumulation. S = 300 pads each sample's rows to 16s."""
     fp8 = "fp8_e4m3"
     torch.manual_seed(0)
     gy = (torch.randn(4, 300, 384) * torch.logspace(-2, 1, 300)[:, None]).cuda()
