@@ -358,11 +358,18 @@ def _pinned_note(cpus: list[int] | None) -> str:
     return f", each rank pinned to its own cores (rank 0: {len(cpus)} CPUs)" if cpus else ""
 
 
+def _peak_held(r: dict[str, Any]) -> tuple[float | None, float]:
+    """A variant's highest per-rank peak (GiB; None without allocator statistics) and what
+    an earlier variant still held at its start, which that peak includes."""
+    peaks = [p for p in r.get("peak_gib") or [] if p is not None]
+    return (max(peaks) if peaks else None), r.get("held_at_start_gib") or 0.0
+
+
 def _own_peak(r: dict[str, Any]) -> float | None:
     """A variant's highest per-rank peak less what an earlier variant still held at its
     start (GiB), or None without allocator statistics."""
-    peaks = [p for p in r.get("peak_gib") or [] if p is not None]
-    return max(peaks) - (r.get("held_at_start_gib") or 0.0) if peaks else None
+    peak, held = _peak_held(r)
+    return peak - held if peak is not None else None
 
 
 def _vs_torchao(r: dict[str, Any], ao: dict[str, Any] | None) -> str:
@@ -411,7 +418,6 @@ def markdown(res: dict[str, Any]) -> str:
             )
             continue
         b = base.get((r["model"], r["wrapper"], r["world"]))
-        peaks = [p for p in r["peak_gib"] if p is not None]
         loss = r["losses"]
         hot = f"{r['hot_layers']} of {r['layers']}" if "hot_layers" in r else "-"
         if r.get("plans_agree") is False:
@@ -420,8 +426,8 @@ def markdown(res: dict[str, Any]) -> str:
             hot += f" (eager, no HOT: {', '.join(r['eager_layers'])})"
         scaling = r.get("scaling")
         step = r["step_ms"]
-        held = r.get("held_at_start_gib") or 0.0
-        peak = f"{max(peaks):.2f} GiB" if peaks else "-"
+        top, held = _peak_held(r)
+        peak = f"{top:.2f} GiB" if top is not None else "-"
         if held > 0.05:  # an earlier variant's memory is in this peak
             peak += f" (incl. {held:.2f} held at start)"
         ao = rival.get((r["model"], r["wrapper"], r["world"]))
